@@ -1,0 +1,72 @@
+# StarNet testbed. `make run` and `make test` are the two doors; see README.md.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+APT_PACKAGES := mininet iproute2 iperf iperf3 iputils-ping ethtool python3-venv
+TOPO ?= leafspine
+DATAPLANE ?= auto
+SW ?= s1
+
+.PHONY: deps apt venv run test test-unit test-integration clean p4 shell bench lint
+
+deps: apt venv
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,plot]'
+	@# Expose Debian's mininet package (and only it) to the venv, see DESIGN.md.
+	@mkdir -p $(VENV)/debian-mininet
+	@ln -sfn /usr/lib/python3/dist-packages/mininet $(VENV)/debian-mininet/mininet
+	@$(PY) -c 'import site,sys; open(site.getsitepackages()[0]+"/debian-mininet.pth","w").write(sys.prefix+"/debian-mininet\n")'
+	@touch $@
+
+run: deps
+	$(PY) -m testbed run --topo $(TOPO) --dataplane $(DATAPLANE)
+
+test: deps
+	$(PY) -m pytest tests
+
+test-unit: deps
+	$(PY) -m pytest tests/unit
+
+test-integration: deps
+	$(PY) -m pytest tests/integration tests/dataplane
+
+bench: deps
+	$(PY) bench/softswitch_pps.py
+
+lint: deps
+	$(VENV)/bin/ruff check .
+
+clean:
+	@if [ -x $(PY) ]; then $(PY) -m testbed clean; else echo "nothing to clean (no venv)"; fi
+
+p4:
+	@if command -v p4c-bm2-ss >/dev/null; then \
+	  mkdir -p build && p4c-bm2-ss --std p4-16 --arch v1model -o build/starnet.json \
+	    --p4runtime-files build/starnet.p4info.txtpb p4src/starnet.p4 && echo "wrote build/starnet.json, build/starnet.p4info.txtpb"; \
+	else echo "p4c-bm2-ss not found: cannot compile p4src/starnet.p4 here (the soft data plane uses p4src/starnet.p4info.txtpb)"; fi
+
+$(VENV)-shell/.installed: tools/requirements-shell.txt
+	@test -x $(VENV)-shell/bin/python || $(PYTHON) -m venv $(VENV)-shell
+	$(VENV)-shell/bin/pip install -q -r tools/requirements-shell.txt
+	@touch $@
+
+shell: deps $(VENV)-shell/.installed
+	@addr=$$($(PY) -m testbed address $(SW)) || exit 1; \
+	echo "p4runtime-shell on $(SW) at $$addr"; \
+	$(VENV)-shell/bin/python -m p4runtime_sh --grpc-addr $$addr --device-id $$($(PY) -m testbed device-id $(SW)) \
+	  --election-id 0,2 --config p4src/starnet.p4info.txtpb,p4src/starnet.p4info.txtpb

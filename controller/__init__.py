@@ -1,0 +1,1 @@
+"""P4Runtime control plane: switch sessions, routing/ECMP from the topology, (later) telemetry and advice."""

@@ -1,0 +1,124 @@
+"""Command line of the soft switch, shaped like simple_switch_grpc.
+
+    python -m softswitch -i 1@s1-eth1 -i 2@s1-eth2 --device-id 1 \\
+        --grpc-server-addr 127.0.0.1:PORT --cpu-port 255 [--log-file F] [--p4info FILE]
+
+Extra options stand in for BMv2's Thrift start-up calls: ``--egress-rate PORT=MBPS`` and
+``--egress-depth PORT=PKTS`` (set_queue_rate / set_queue_depth), and ``--stats-file`` for the
+per-port queue and drop counters the testbed reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from softswitch.dataplane import DataPlane, PortSpec
+from softswitch.p4rt_server import Device, P4RuntimeService, serve
+from softswitch.pipeline import Pipeline
+from softswitch.runtime_state import RuntimeState
+from wire.p4info import DEFAULT_P4INFO, P4Schema
+
+
+def _port_map(values: list[str], option: str, cast) -> dict[int, float]:
+    out = {}
+    for value in values:
+        port, sep, amount = value.partition("=")
+        try:
+            out[int(port)] = cast(amount)
+            if not sep:
+                raise ValueError
+        except ValueError:
+            raise SystemExit(f"{option}: expected PORT=VALUE, got {value!r}") from None
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="softswitch", description=__doc__.splitlines()[0])
+    parser.add_argument("-i", "--interface", action="append", default=[], metavar="PORT@IFACE",
+                        help="attach a Linux interface as a P4 port (repeatable)")
+    parser.add_argument("--device-id", type=int, default=0)
+    parser.add_argument("--grpc-server-addr", default="127.0.0.1:9559",
+                        help="127.0.0.1:PORT or unix:PATH (never 0.0.0.0)")
+    parser.add_argument("--cpu-port", type=int, default=255)
+    parser.add_argument("--log-file", type=Path)
+    parser.add_argument("--log-level", default="info",
+                        choices=["trace", "debug", "info", "warn", "error", "critical", "off"])
+    parser.add_argument("--p4info", type=Path, help="start with this pipeline already set")
+    parser.add_argument("--egress-rate", action="append", default=[], metavar="PORT=MBPS")
+    parser.add_argument("--egress-depth", action="append", default=[], metavar="PORT=PKTS")
+    parser.add_argument("--default-depth", type=int, default=64, help="egress queue depth in packets")
+    parser.add_argument("--stats-file", type=Path)
+    parser.add_argument("--seed", type=int, help="seed of the drop-with-probability RNG")
+    return parser.parse_args(argv)
+
+
+def build_ports(args: argparse.Namespace) -> list[PortSpec]:
+    rates = _port_map(args.egress_rate, "--egress-rate", float)
+    depths = _port_map(args.egress_depth, "--egress-depth", int)
+    ports = []
+    for value in args.interface:
+        port, sep, iface = value.partition("@")
+        if not sep or not port.isdigit() or not iface:
+            raise SystemExit(f"-i: expected PORT@IFACE, got {value!r}")
+        ports.append(PortSpec(int(port), iface, rates.get(int(port), 0.0),
+                              int(depths.get(int(port), args.default_depth))))
+    return ports
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    level = {"trace": "DEBUG", "warn": "WARNING", "off": "CRITICAL"}.get(args.log_level, args.log_level.upper())
+    logging.basicConfig(filename=args.log_file, level=level,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    log = logging.getLogger("softswitch")
+    ports = build_ports(args)
+    schema = P4Schema.load(args.p4info or DEFAULT_P4INFO)
+    pipeline = Pipeline(RuntimeState(schema))
+    if args.seed is not None:
+        pipeline.rng.seed(args.seed)
+    try:
+        dataplane = DataPlane(pipeline, ports, args.cpu_port, args.stats_file)
+    except OSError as exc:
+        log.error("cannot open ports: %s", exc)
+        print(f"softswitch: cannot open ports: {exc}", file=sys.stderr)
+        return 2
+
+    def on_pipeline(new_schema: P4Schema, state: RuntimeState) -> None:
+        pipeline.bind(state)
+
+    device = Device(args.device_id, args.cpu_port, on_pipeline, dataplane.inject)
+    if args.p4info:
+        device.schema, device.state = schema, pipeline.state
+        device.config.p4info.CopyFrom(schema.p4info)
+    service = P4RuntimeService(device)
+    dataplane.packet_in = service.send_packet_in
+    try:
+        server = serve(service, args.grpc_server_addr)
+    except (OSError, ValueError, RuntimeError) as exc:
+        log.error("P4Runtime server: %s", exc)
+        print(f"softswitch: P4Runtime server: {exc}", file=sys.stderr)
+        return 2
+    log.info("device %d: %d ports, P4Runtime on %s", args.device_id, len(ports), args.grpc_server_addr)
+
+    def on_signal(signum, frame):
+        dataplane.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    forwarder = threading.Thread(target=dataplane.run, name="dataplane")
+    forwarder.start()
+    while forwarder.is_alive():
+        forwarder.join(0.5)
+    server.stop(grace=0.5).wait()
+    dataplane.close()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Port I/O and the forwarding loop of one soft switch process.
+
+One AF_PACKET socket per port, all polled by a single thread; each wake-up drains a batch per
+readable port, runs ingress, and queues the result on the egress port's token bucket
+(DESIGN.md: one process per switch, poll, drain a batch per wake-up). Packet-outs from the
+P4Runtime thread arrive through a queue and a wake-up pipe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from softswitch.egress import MAX_FRAME, EgressQueue
+from softswitch.pipeline import Pipeline
+
+log = logging.getLogger("softswitch.dataplane")
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h: do not read back our own transmissions
+RX_BATCH = 64
+LINK_POLL_S = 0.05
+STATS_PERIOD_S = 0.5
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    """port: P4 port number; iface: Linux interface; rate_mbps: egress drain rate (0 = line rate);
+    depth_pkts: egress queue depth in packets."""
+
+    port: int
+    iface: str
+    rate_mbps: float = 0.0
+    depth_pkts: int = 64
+
+
+def open_port_socket(iface: str) -> socket.socket:
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    sock.bind((iface, 0))
+    sock.setblocking(False)
+    return sock
+
+
+def read_operstate(iface: str) -> bool:
+    try:
+        state = Path(f"/sys/class/net/{iface}/operstate").read_text().strip()
+    except OSError:
+        return False
+    return state in ("up", "unknown")
+
+
+class DataPlane:
+    def __init__(self, pipeline: Pipeline, ports: list[PortSpec], cpu_port: int,
+                 stats_file: Path | None = None) -> None:
+        self.pipeline = pipeline
+        self.specs = {p.port: p for p in ports}
+        self.cpu_port = cpu_port
+        self.stats_file = stats_file
+        self.packet_in: Callable[[bytes, int, int], None] | None = None
+        self.pending_out: deque[tuple[int, bytes]] = deque()
+        self.stop_event = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        now = time.monotonic()
+        self.sockets: dict[int, socket.socket] = {}
+        self.egress: dict[int, EgressQueue] = {}
+        for spec in ports:
+            sock = open_port_socket(spec.iface)
+            self.sockets[spec.port] = sock
+            self.egress[spec.port] = EgressQueue(spec.port, sock.send, spec.rate_mbps, spec.depth_pkts,
+                                                 pipeline.count_tx, now)
+            pipeline.port_up[spec.port] = read_operstate(spec.iface)
+        self.started = time.time()
+
+    # ---- called from other threads -----------------------------------------------------------
+    def inject(self, egress_port: int, frame: bytes) -> None:
+        """Queue a packet-out for `egress_port` (thread-safe)."""
+        self.pending_out.append((egress_port, frame))
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def run(self) -> None:
+        poller = select.epoll()
+        by_fd: dict[int, tuple[int, socket.socket]] = {}
+        for port, sock in self.sockets.items():
+            poller.register(sock.fileno(), select.EPOLLIN)
+            by_fd[sock.fileno()] = (port, sock)
+        poller.register(self._wake_r, select.EPOLLIN)
+        pipeline = self.pipeline
+        egress = self.egress
+        busy: set[int] = set()
+        next_link_poll = next_stats = 0.0
+        timeout = -1.0
+        monotonic = time.monotonic
+        try:
+            while not self.stop_event.is_set():
+                events = poller.poll(timeout)
+                now = monotonic()
+                for fd, _ in events:
+                    if fd == self._wake_r:
+                        self._drain_wake(now, busy)
+                        continue
+                    in_port, sock = by_fd[fd]
+                    recv = sock.recv
+                    ingress = pipeline.ingress
+                    for _ in range(RX_BATCH):
+                        try:
+                            frame = recv(MAX_FRAME)
+                        except BlockingIOError:
+                            break
+                        except OSError as exc:
+                            log.warning("port %d: receive failed: %s", in_port, exc)
+                            break
+                        result = ingress(frame, in_port)
+                        if result is None:
+                            continue
+                        out_port, out = result
+                        queue = egress.get(out_port)
+                        if queue is None:
+                            self._to_cpu_or_drop(out_port, out, in_port)
+                            continue
+                        queue.enqueue(out, now)
+                        if queue.queue:
+                            busy.add(out_port)
+                now = monotonic()
+                wait = None
+                for port in list(busy):
+                    delay = egress[port].service(now)
+                    if delay is None:
+                        busy.discard(port)
+                    elif wait is None or delay < wait:
+                        wait = delay
+                if now >= next_link_poll:
+                    self._poll_links()
+                    next_link_poll = now + LINK_POLL_S
+                if now >= next_stats and self.stats_file is not None:
+                    self.write_stats()
+                    next_stats = now + STATS_PERIOD_S
+                horizon = min(next_link_poll, next_stats if self.stats_file else next_link_poll) - now
+                timeout = max(0.0, min(wait if wait is not None else horizon, horizon))
+        finally:
+            poller.close()
+            if self.stats_file is not None:
+                self.write_stats()
+
+    def _drain_wake(self, now: float, busy: set[int]) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        while self.pending_out:
+            port, frame = self.pending_out.popleft()
+            queue = self.egress.get(port)
+            if queue is None:
+                log.warning("packet-out to unknown port %d dropped", port)
+                continue
+            queue.enqueue(frame, now)
+            if queue.queue:
+                busy.add(port)
+
+    def _to_cpu_or_drop(self, out_port: int, frame: bytes | bytearray, in_port: int) -> None:
+        if out_port == self.cpu_port and self.packet_in is not None:
+            self.packet_in(bytes(frame), in_port, 0)
+        else:
+            self.pipeline.drops.no_route += 1
+
+    def _poll_links(self) -> None:
+        for port, spec in self.specs.items():
+            up = read_operstate(spec.iface)
+            if self.pipeline.port_up.get(port) != up:
+                log.info("port %d (%s) is %s", port, spec.iface, "up" if up else "down")
+            self.pipeline.set_port_up(port, up)
+
+    # ---- visibility --------------------------------------------------------------------------
+    def stats(self) -> dict:
+        return {
+            "time": time.time(),
+            "uptime_s": time.time() - self.started,
+            "drops": self.pipeline.drops.as_dict(),
+            "flow_cache_entries": len(self.pipeline.flow_cache),
+            "ports": {
+                str(port): {"iface": self.specs[port].iface, "up": self.pipeline.port_up.get(port, False),
+                            **queue.stats()}
+                for port, queue in self.egress.items()
+            },
+        }
+
+    def write_stats(self) -> None:
+        assert self.stats_file is not None
+        tmp = self.stats_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.stats(), indent=1))
+        tmp.replace(self.stats_file)
+
+    def close(self) -> None:
+        for sock in self.sockets.values():
+            sock.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)

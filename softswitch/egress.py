@@ -1,0 +1,124 @@
+"""Per-port egress queue drained at the link's capacity by a token bucket, tail drop at a depth in packets.
+
+This is where a link-rate limit lives (inside the switch, visible to telemetry), as BMv2's
+egress queue rate/depth would be; the Linux side of the veth has no qdisc doing it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+MAX_FRAME = 9018
+BUCKET_DEPTH_S = 0.001  # ~1 ms of tokens: holds 1-100 Mbit/s within ~1.5% (DESIGN.md)
+
+
+class EgressQueue:
+    __slots__ = (
+        "port", "send", "rate_Bps", "burst", "tokens", "last", "depth_pkts", "queue",
+        "drops", "max_qdepth", "tx_pkts", "tx_bytes", "send_errors", "on_tx",
+    )
+
+    def __init__(self, port: int, send: Callable[[bytes], int], rate_mbps: float, depth_pkts: int,
+                 on_tx: Callable[[int, int], None], now: float) -> None:
+        """rate_mbps: drain rate in Mbit/s (0 = unlimited); depth_pkts: queue limit in packets."""
+        self.port = port
+        self.send = send
+        self.depth_pkts = depth_pkts
+        self.queue: deque[bytes | bytearray] = deque()
+        self.drops = 0
+        self.max_qdepth = 0
+        self.tx_pkts = 0
+        self.tx_bytes = 0
+        self.send_errors = 0
+        self.on_tx = on_tx
+        self.last = now
+        self.set_rate(rate_mbps)
+
+    def set_rate(self, rate_mbps: float) -> None:
+        self.rate_Bps = rate_mbps * 1e6 / 8 if rate_mbps > 0 else 0.0
+        # At least one maximal frame plus ~1 ms, so any frame can eventually leave.
+        self.burst = max(self.rate_Bps * BUCKET_DEPTH_S, 1514.0) + 1514.0 if self.rate_Bps else 0.0
+        self.tokens = self.burst
+
+    @property
+    def qdepth(self) -> int:
+        return len(self.queue)
+
+    def _refill(self, now: float) -> None:
+        tokens = self.tokens + (now - self.last) * self.rate_Bps
+        self.tokens = tokens if tokens < self.burst else self.burst
+        self.last = now
+
+    def enqueue(self, frame: bytes | bytearray, now: float) -> int:
+        """Queue or send `frame`; return the queue depth (packets) it saw at enqueue, -1 if dropped."""
+        queue = self.queue
+        depth = len(queue)
+        if depth:
+            if depth >= self.depth_pkts:
+                self.drops += 1
+                return -1
+            queue.append(frame)
+            if depth + 1 > self.max_qdepth:
+                self.max_qdepth = depth + 1
+            return depth
+        if not self.rate_Bps:
+            self._transmit(frame)
+            return 0
+        self._refill(now)
+        if self.tokens >= len(frame):
+            if self._transmit(frame):
+                self.tokens -= len(frame)
+                return 0
+        queue.append(frame)
+        if self.max_qdepth == 0:
+            self.max_qdepth = 1
+        return 0
+
+    def _transmit(self, frame: bytes | bytearray) -> bool:
+        try:
+            self.send(frame)
+        except BlockingIOError:
+            return False
+        except OSError:
+            # The link went away (veth deleted) or similar: the frame is lost, as on a wire.
+            self.send_errors += 1
+            return True
+        self.tx_pkts += 1
+        self.tx_bytes += len(frame)
+        self.on_tx(self.port, len(frame))
+        return True
+
+    def service(self, now: float) -> float | None:
+        """Send what the bucket allows; return seconds until the head can leave, None if empty."""
+        queue = self.queue
+        if not queue:
+            return None
+        if not self.rate_Bps:
+            while queue:
+                if not self._transmit(queue[0]):
+                    return 0.0005
+                queue.popleft()
+            return None
+        self._refill(now)
+        while queue:
+            size = len(queue[0])
+            if self.tokens < size:
+                return (size - self.tokens) / self.rate_Bps
+            if not self._transmit(queue[0]):
+                return 0.0005
+            self.tokens -= size
+            queue.popleft()
+        return None
+
+    def stats(self) -> dict[str, int | float]:
+        return {
+            "qdepth_pkts": len(self.queue),
+            "max_qdepth_pkts": self.max_qdepth,
+            "queue_drops": self.drops,
+            "tx_pkts": self.tx_pkts,
+            "tx_bytes": self.tx_bytes,
+            "send_errors": self.send_errors,
+            "rate_mbps": self.rate_Bps * 8 / 1e6,
+            "depth_pkts": self.depth_pkts,
+        }

@@ -1,0 +1,209 @@
+"""The ingress/egress pipeline of starnet.p4, executed in Python.
+
+Table, action and counter names come from the P4Info through RuntimeState. A per-flow cache
+(key: ingress port, IPv4 protocol, addresses and L4 ports) holds the result of the full table
+walk, so the common packet costs one dict lookup; any P4Runtime write or port status change
+drops the cache. Malformed frames are counted and dropped, never fatal.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from softswitch.runtime_state import ActionCall, RuntimeState
+
+IPV4_LPM = "StarIngress.ipv4_lpm"
+ECMP_SELECTOR = "StarIngress.ecmp_selector"
+PORT_ROLE = "StarIngress.port_role"
+FAULT_INJECT = "StarIngress.fault_inject"
+PORT_CONFIG = "StarEgress.port_config"
+PORT_RX = "StarIngress.port_rx"
+PORT_TX = "StarEgress.port_tx"
+FAULT_DROPS = "StarIngress.fault_drops"
+
+ROLE_HOST = 1
+ROLE_FABRIC = 2
+
+_FIVE_TUPLE = struct.Struct("!IIBHH")
+_IPV4_ADDRS = struct.Struct("!II")
+_L4_PORTS = struct.Struct("!HH")
+
+
+def mac_bytes(value: int) -> bytes:
+    return value.to_bytes(6, "big")
+
+
+@dataclass
+class DropStats:
+    malformed: int = 0
+    non_ipv4: int = 0
+    ttl_expired: int = 0
+    no_route: int = 0
+    fault: int = 0
+    no_live_member: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Forward:
+    """Cached result of the ingress tables for one flow."""
+
+    port: int
+    macs: bytes  # new dst MAC + src MAC (12 bytes)
+    drop_prob: float = 0.0
+
+
+@dataclass(frozen=True)
+class Drop:
+    reason: str
+
+
+@dataclass
+class Pipeline:
+    state: RuntimeState
+    port_up: dict[int, bool] = field(default_factory=dict)
+    drops: DropStats = field(default_factory=DropStats)
+    rng: random.Random = field(default_factory=random.Random)
+
+    def __post_init__(self) -> None:
+        self.flow_cache: dict[tuple, Forward | Drop] = {}
+        self.bind(self.state)
+
+    def bind(self, state: RuntimeState) -> None:
+        """Resolve the program's objects by name in a (new) runtime state."""
+        self.state = state
+        self.ipv4_lpm = state.table_by_name(IPV4_LPM)
+        self.port_role = state.table_by_name(PORT_ROLE)
+        self.fault_inject = state.table_by_name(FAULT_INJECT)
+        self.port_config = state.table_by_name(PORT_CONFIG)
+        self.selector = state.profile_by_name(ECMP_SELECTOR)
+        rx = state.counter_by_name(PORT_RX)
+        tx = state.counter_by_name(PORT_TX)
+        self.rx_packets, self.rx_bytes = rx.packets, rx.bytes
+        self.tx_packets, self.tx_bytes = tx.packets, tx.bytes
+        self.fault_drops = state.counter_by_name(FAULT_DROPS).packets
+        state.listeners.append(self.invalidate)
+        self.invalidate()
+
+    def invalidate(self) -> None:
+        self.flow_cache = {}
+
+    def set_port_up(self, port: int, up: bool) -> None:
+        if self.port_up.get(port) != up:
+            self.port_up[port] = up
+            self.invalidate()
+
+    # ---- per packet ---------------------------------------------------------------------------
+    def ingress(self, frame: bytes, in_port: int) -> tuple[int, bytearray] | None:
+        """Run one frame through ingress; return (egress port, rewritten frame) or None (dropped)."""
+        n = len(frame)
+        if in_port < len(self.rx_packets):
+            self.rx_packets[in_port] += 1
+            self.rx_bytes[in_port] += n
+        if n < 34:
+            if n < 14:
+                self.drops.malformed += 1
+            else:
+                self.drops.non_ipv4 += 1
+            return None
+        if frame[12] != 0x08 or frame[13] != 0x00:
+            self.drops.non_ipv4 += 1
+            return None
+        vihl = frame[14]
+        if vihl >> 4 != 4 or (vihl & 0x0F) < 5 or n < 14 + (vihl & 0x0F) * 4:
+            self.drops.malformed += 1
+            return None
+        proto = frame[23]
+        l4 = 14 + (vihl & 0x0F) * 4
+        if (proto == 6 or proto == 17) and n >= l4 + 4:
+            key = (in_port, proto, frame[26:34], frame[l4:l4 + 4])
+        else:
+            key = (in_port, proto, frame[26:34], b"")
+        result = self.flow_cache.get(key)
+        if result is None:
+            result = self.walk_tables(in_port, proto, frame[26:34], key[3])
+            self.flow_cache[key] = result
+        if result.__class__ is Drop:
+            self._count_drop(result.reason, in_port)
+            return None
+        if result.drop_prob and self.rng.random() < result.drop_prob:
+            self._count_drop("fault", in_port)
+            return None
+        ttl = frame[22]
+        if ttl <= 1:
+            self.drops.ttl_expired += 1
+            return None
+        out = bytearray(frame)
+        out[0:12] = result.macs
+        out[22] = ttl - 1
+        # RFC 1624 incremental update for TTL-1, as Linux ip_decrease_ttl does it.
+        check = ((out[24] << 8) | out[25]) + 0x0100
+        check = (check + (check >> 16)) & 0xFFFF
+        out[24] = check >> 8
+        out[25] = check & 0xFF
+        return result.port, out
+
+    def _count_drop(self, reason: str, in_port: int) -> None:
+        setattr(self.drops, reason, getattr(self.drops, reason) + 1)
+        if reason == "fault" and in_port < len(self.fault_drops):
+            self.fault_drops[in_port] += 1
+
+    def count_tx(self, port: int, nbytes: int) -> None:
+        if port < len(self.tx_packets):
+            self.tx_packets[port] += 1
+            self.tx_bytes[port] += nbytes
+
+    # ---- the table walk (cache miss) ---------------------------------------------------------
+    def walk_tables(self, in_port: int, proto: int, addrs: bytes, l4_ports: bytes) -> Forward | Drop:
+        src, dst = _IPV4_ADDRS.unpack(addrs)
+        sport, dport = _L4_PORTS.unpack(l4_ports) if l4_ports else (0, 0)
+        drop_prob = 0.0
+        fault = self.fault_inject.lookup((in_port, src, dst))
+        if fault is not None and fault.action is not None:
+            if fault.action.name.endswith(".fault_drop"):
+                return Drop("fault")
+            if fault.action.name.endswith(".fault_drop_prob"):
+                drop_prob = fault.action.args[0] / 65536.0
+        entry = self.ipv4_lpm.lookup((dst,))
+        if entry is None:
+            action = self.ipv4_lpm.default_action
+        elif entry.action is not None:
+            action = entry.action
+        else:
+            action = self._select(entry.member_id, entry.group_id, (src, dst, proto, sport, dport))
+            if action is None:
+                return Drop("no_live_member")
+        if not action.name.endswith(".set_nhop"):
+            return Drop("no_route")
+        port, smac, dmac = action.args
+        return Forward(port, mac_bytes(dmac) + mac_bytes(smac), drop_prob)
+
+    def _select(self, member_id: int | None, group_id: int | None,
+                five_tuple: tuple[int, int, int, int, int]) -> ActionCall | None:
+        members = self.selector.members
+        if member_id is not None:
+            found = members.get(member_id)
+            return found[0] if found else None
+        group = self.selector.groups.get(group_id)  # type: ignore[arg-type]
+        if group is None:
+            return None
+        live = []
+        for m in group[0]:
+            if m.watch_port is not None and not self.port_up.get(m.watch_port, True):
+                continue
+            live.extend([m.member_id] * m.weight)
+        if not live:
+            return None
+        chosen = live[ecmp_hash(five_tuple) % len(live)]
+        found = members.get(chosen)
+        return found[0] if found else None
+
+
+def ecmp_hash(five_tuple: tuple[int, int, int, int, int]) -> int:
+    """Selector hash over (src, dst, proto, sport, dport), CRC-32 of their network-order bytes."""
+    return zlib.crc32(_FIVE_TUPLE.pack(*five_tuple))

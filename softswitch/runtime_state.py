@@ -1,0 +1,506 @@
+"""P4Runtime-visible state of one soft switch: table entries, action profiles, counters, clone sessions.
+
+Every write is validated against the P4Info (names, ids, widths, match kinds) and fails with
+the gRPC status the P4Runtime spec gives: unknown table/profile/counter ids NOT_FOUND, unknown or
+misplaced action ids and malformed values INVALID_ARGUMENT, a duplicate INSERT ALREADY_EXISTS.
+The data plane reads this state; `generation` changes on every successful write so it can drop
+its flow cache.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import grpc
+
+from softswitch.errors import P4RuntimeError, exhausted, exists, invalid, not_found, unimplemented
+from wire.p4info import ActionInfo, P4Schema, TableInfo, decode_value
+from wire.proto import p4r
+
+NO_ACTION = "NoAction"
+
+
+@dataclass(frozen=True)
+class ActionCall:
+    """An action with its parameter values, in P4Info parameter order."""
+
+    action_id: int
+    name: str
+    args: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    member_id: int
+    weight: int
+    watch_port: int | None
+
+
+@dataclass
+class TableEntryState:
+    key: tuple
+    priority: int
+    fields: tuple[tuple[int, int], ...]  # (value, mask) per P4Info match field, (0, 0) = wildcard
+    prefix_len: int
+    action: ActionCall | None
+    member_id: int | None
+    group_id: int | None
+    proto: p4r.TableEntry
+
+
+@dataclass
+class TableState:
+    info: TableInfo
+    default_action: ActionCall
+    default_proto: p4r.TableEntry
+    entries: dict[tuple, TableEntryState] = field(default_factory=dict)
+    exact_index: dict[tuple[int, ...], TableEntryState] = field(default_factory=dict)
+    ordered: list[TableEntryState] = field(default_factory=list)
+
+    @property
+    def all_exact(self) -> bool:
+        return all(f.kind == "exact" for f in self.info.match_fields)
+
+    def reindex(self) -> None:
+        if self.all_exact:
+            self.exact_index = {tuple(v for v, _ in e.fields): e for e in self.entries.values()}
+        else:
+            self.ordered = sorted(self.entries.values(), key=lambda e: (e.priority, e.prefix_len), reverse=True)
+
+    def lookup(self, values: tuple[int, ...]) -> TableEntryState | None:
+        """Match `values` (one per match field, P4Info order); None means a miss."""
+        if self.all_exact:
+            return self.exact_index.get(values)
+        for entry in self.ordered:
+            for (value, mask), field_value in zip(entry.fields, values):
+                if field_value & mask != value:
+                    break
+            else:
+                return entry
+        return None
+
+
+@dataclass
+class ActionProfileState:
+    members: dict[int, tuple[ActionCall, p4r.ActionProfileMember]] = field(default_factory=dict)
+    groups: dict[int, tuple[tuple[GroupMember, ...], p4r.ActionProfileGroup]] = field(default_factory=dict)
+
+
+@dataclass
+class CounterState:
+    size: int
+    packets: list[int]
+    bytes: list[int]
+
+
+class RuntimeState:
+    """All runtime objects of a pipeline built from one P4Info."""
+
+    def __init__(self, schema: P4Schema) -> None:
+        self.schema = schema
+        self.lock = threading.RLock()
+        self.generation = 0
+        self.listeners: list[Callable[[], None]] = []
+        self.tables: dict[int, TableState] = {}
+        for t in schema.tables.values():
+            default = self._initial_default(t)
+            proto = p4r.TableEntry(table_id=t.id, is_default_action=True)
+            proto.action.action.action_id = default.action_id
+            self.tables[t.id] = TableState(t, default, proto)
+        self.profiles: dict[int, ActionProfileState] = {ap: ActionProfileState() for ap in schema.action_profiles}
+        self.counters: dict[int, CounterState] = {
+            c.id: CounterState(c.size, [0] * c.size, [0] * c.size) for c in schema.counters.values()
+        }
+        self.clone_sessions: dict[int, p4r.CloneSessionEntry] = {}
+
+    def _initial_default(self, table: TableInfo) -> ActionCall:
+        action_id = table.const_default_action_id
+        if not action_id:
+            names = {self.schema.actions[a].name: a for a in table.action_ids if a in self.schema.actions}
+            drops = [a for n, a in names.items() if n.rsplit(".", 1)[-1] == "drop"]
+            action_id = drops[0] if drops else names.get(NO_ACTION) or min(table.action_ids)
+        info = self.schema.actions[action_id]
+        return ActionCall(action_id, info.name, tuple(0 for _ in info.params))
+
+    # ---- names used by the data plane ---------------------------------------------------------
+    def table_by_name(self, name: str) -> TableState:
+        return self.tables[self.schema.id_of(name)]
+
+    def profile_by_name(self, name: str) -> ActionProfileState:
+        return self.profiles[self.schema.id_of(name)]
+
+    def counter_by_name(self, name: str) -> CounterState:
+        return self.counters[self.schema.id_of(name)]
+
+    # ---- writes --------------------------------------------------------------------------------
+    def apply(self, update: p4r.Update) -> None:
+        """Apply one Update atomically; raise P4RuntimeError and change nothing on failure."""
+        kind = update.type
+        if kind == p4r.Update.UNSPECIFIED:
+            raise invalid("update type is UNSPECIFIED")
+        which = update.entity.WhichOneof("entity")
+        with self.lock:
+            if which == "table_entry":
+                self._write_table_entry(kind, update.entity.table_entry)
+            elif which == "action_profile_member":
+                self._write_member(kind, update.entity.action_profile_member)
+            elif which == "action_profile_group":
+                self._write_group(kind, update.entity.action_profile_group)
+            elif which == "counter_entry":
+                self._write_counter(kind, update.entity.counter_entry)
+            elif which == "packet_replication_engine_entry":
+                self._write_pre(kind, update.entity.packet_replication_engine_entry)
+            elif which is None:
+                raise invalid("update has no entity")
+            else:
+                raise unimplemented(f"entity {which} is not supported by the soft switch")
+            self.generation += 1
+        for listener in self.listeners:
+            listener()
+
+    def _table(self, table_id: int) -> TableState:
+        table = self.tables.get(table_id)
+        if table is None:
+            raise not_found(f"unknown table id {table_id}")
+        return table
+
+    def _action_call(self, action: p4r.Action, allowed: frozenset[int] | None, where: str) -> ActionCall:
+        info: ActionInfo | None = self.schema.actions.get(action.action_id)
+        if info is None:
+            raise invalid(f"{where}: unknown action id {action.action_id}")
+        if allowed is not None and action.action_id not in allowed:
+            raise invalid(f"{where}: action {info.name} is not an action of this table")
+        given: dict[int, bytes] = {}
+        for param in action.params:
+            if param.param_id in given:
+                raise invalid(f"{where}: parameter id {param.param_id} given twice for {info.name}")
+            given[param.param_id] = param.value
+        args = []
+        for p in info.params:
+            if p.id not in given:
+                raise invalid(f"{where}: missing parameter {p.name} of {info.name}")
+            try:
+                args.append(decode_value(given.pop(p.id), p.bitwidth, f"{where}: {info.name}.{p.name}"))
+            except ValueError as exc:
+                raise invalid(str(exc)) from None
+        if given:
+            raise invalid(f"{where}: unknown parameter id(s) {sorted(given)} for {info.name}")
+        return ActionCall(info.id, info.name, tuple(args))
+
+    def _match(self, table: TableInfo, entry: p4r.TableEntry) -> tuple[tuple[tuple[int, int], ...], int]:
+        by_id = {}
+        for fm in entry.match:
+            if fm.field_id in by_id:
+                raise invalid(f"{table.name}: match field id {fm.field_id} given twice")
+            by_id[fm.field_id] = fm
+        known = {f.id for f in table.match_fields}
+        unknown = set(by_id) - known
+        if unknown:
+            raise invalid(f"{table.name}: unknown match field id(s) {sorted(unknown)}")
+        fields: list[tuple[int, int]] = []
+        prefix_len = 0
+        for f in table.match_fields:
+            full = (1 << f.bitwidth) - 1
+            fm = by_id.get(f.id)
+            what = f"{table.name}: {f.name}"
+            if fm is None:
+                if f.kind == "exact":
+                    raise invalid(f"{what}: exact match field missing")
+                fields.append((0, 0))
+                continue
+            kind = fm.WhichOneof("field_match_type")
+            try:
+                if f.kind == "exact" and kind == "exact":
+                    fields.append((decode_value(fm.exact.value, f.bitwidth, what), full))
+                elif f.kind == "optional" and kind == "optional":
+                    fields.append((decode_value(fm.optional.value, f.bitwidth, what), full))
+                elif f.kind == "lpm" and kind == "lpm":
+                    plen = fm.lpm.prefix_len
+                    if not 0 < plen <= f.bitwidth:
+                        raise invalid(f"{what}: prefix_len {plen} out of range 1..{f.bitwidth} "
+                                      "(a don't-care LPM field must be omitted)")
+                    mask = full ^ ((1 << (f.bitwidth - plen)) - 1)
+                    value = decode_value(fm.lpm.value, f.bitwidth, what)
+                    if value & ~mask:
+                        raise invalid(f"{what}: value has bits set beyond prefix_len {plen}")
+                    prefix_len = plen
+                    fields.append((value, mask))
+                elif f.kind == "ternary" and kind == "ternary":
+                    value = decode_value(fm.ternary.value, f.bitwidth, what)
+                    mask = decode_value(fm.ternary.mask, f.bitwidth, what + " mask")
+                    if mask == 0:
+                        raise invalid(f"{what}: a don't-care ternary field must be omitted")
+                    if value & ~mask:
+                        raise invalid(f"{what}: value has bits set outside the mask")
+                    fields.append((value, mask))
+                elif f.kind == "range":
+                    raise unimplemented(f"{what}: range matches are not supported")
+                else:
+                    raise invalid(f"{what}: {kind} match given for a {f.kind} field")
+            except ValueError as exc:
+                raise invalid(str(exc)) from None
+        return tuple(fields), prefix_len
+
+    def _write_table_entry(self, kind: int, entry: p4r.TableEntry) -> None:
+        table = self._table(entry.table_id)
+        info = table.info
+        if entry.is_default_action:
+            if kind != p4r.Update.MODIFY:
+                raise invalid(f"{info.name}: the default entry can only be modified")
+            if entry.match:
+                raise invalid(f"{info.name}: the default entry has no match fields")
+            if info.const_default_action_id:
+                raise P4RuntimeError(grpc.StatusCode.PERMISSION_DENIED, f"{info.name}: default action is const")
+            if entry.action.WhichOneof("type") != "action":
+                raise invalid(f"{info.name}: the default entry needs a direct action")
+            table.default_action = self._action_call(entry.action.action, info.action_ids, info.name)
+            table.default_proto = p4r.TableEntry()
+            table.default_proto.CopyFrom(entry)
+            return
+        fields, prefix_len = self._match(info, entry)
+        if info.needs_priority:
+            if entry.priority <= 0:
+                raise invalid(f"{info.name}: entries of a ternary table need a priority > 0")
+        elif entry.priority != 0:
+            raise invalid(f"{info.name}: priority must be 0 for a table without ternary fields")
+        key = (fields, entry.priority)
+        if kind == p4r.Update.DELETE:
+            if key not in table.entries:
+                raise not_found(f"{info.name}: no such entry to delete")
+            del table.entries[key]
+            table.reindex()
+            return
+        action = member_id = group_id = None
+        which = entry.action.WhichOneof("type")
+        if info.implementation_id:
+            profile = self.profiles[info.implementation_id]
+            if which == "action_profile_member_id":
+                member_id = entry.action.action_profile_member_id
+                if member_id not in profile.members:
+                    raise not_found(f"{info.name}: action profile member {member_id} does not exist")
+            elif which == "action_profile_group_id":
+                group_id = entry.action.action_profile_group_id
+                if group_id not in profile.groups:
+                    raise not_found(f"{info.name}: action profile group {group_id} does not exist")
+            else:
+                raise invalid(f"{info.name}: an indirect table needs a member or group id, got {which}")
+        else:
+            if which != "action":
+                raise invalid(f"{info.name}: a direct table needs an action, got {which}")
+            action = self._action_call(entry.action.action, info.action_ids, info.name)
+            if action.action_id in info.default_only_action_ids:
+                raise invalid(f"{info.name}: action {action.name} is for the default entry only")
+        if kind == p4r.Update.INSERT:
+            if key in table.entries:
+                raise exists(f"{info.name}: an entry with this match key already exists")
+            if len(table.entries) >= info.size:
+                raise exhausted(f"{info.name}: table is full ({info.size} entries)")
+        elif kind == p4r.Update.MODIFY:
+            if key not in table.entries:
+                raise not_found(f"{info.name}: no such entry to modify")
+        stored = p4r.TableEntry()
+        stored.CopyFrom(entry)
+        table.entries[key] = TableEntryState(key, entry.priority, fields, prefix_len, action, member_id,
+                                             group_id, stored)
+        table.reindex()
+
+    def _profile(self, profile_id: int) -> tuple[ActionProfileState, frozenset[int], str]:
+        info = self.schema.action_profiles.get(profile_id)
+        if info is None:
+            raise not_found(f"unknown action profile id {profile_id}")
+        allowed: set[int] = set()
+        for tid in info.table_ids:
+            allowed |= self.schema.tables[tid].action_ids
+        return self.profiles[profile_id], frozenset(allowed), info.name
+
+    def _member_in_use(self, profile_id: int, member_id: int) -> bool:
+        profile = self.profiles[profile_id]
+        if any(m.member_id == member_id for members, _ in profile.groups.values() for m in members):
+            return True
+        return any(
+            e.member_id == member_id
+            for t in self.tables.values() if t.info.implementation_id == profile_id
+            for e in t.entries.values()
+        )
+
+    def _write_member(self, kind: int, member: p4r.ActionProfileMember) -> None:
+        profile, allowed, name = self._profile(member.action_profile_id)
+        mid = member.member_id
+        if kind == p4r.Update.DELETE:
+            if mid not in profile.members:
+                raise not_found(f"{name}: member {mid} does not exist")
+            if self._member_in_use(member.action_profile_id, mid):
+                raise P4RuntimeError(grpc.StatusCode.FAILED_PRECONDITION, f"{name}: member {mid} is in use")
+            del profile.members[mid]
+            return
+        if kind == p4r.Update.INSERT and mid in profile.members:
+            raise exists(f"{name}: member {mid} already exists")
+        if kind == p4r.Update.MODIFY and mid not in profile.members:
+            raise not_found(f"{name}: member {mid} does not exist")
+        call = self._action_call(member.action, allowed, f"{name} member {mid}")
+        stored = p4r.ActionProfileMember()
+        stored.CopyFrom(member)
+        profile.members[mid] = (call, stored)
+
+    def _write_group(self, kind: int, group: p4r.ActionProfileGroup) -> None:
+        profile, _, name = self._profile(group.action_profile_id)
+        info = self.schema.action_profiles[group.action_profile_id]
+        gid = group.group_id
+        if not info.with_selector:
+            raise invalid(f"{name}: groups need an action selector")
+        if kind == p4r.Update.DELETE:
+            if gid not in profile.groups:
+                raise not_found(f"{name}: group {gid} does not exist")
+            in_use = any(e.group_id == gid for t in self.tables.values()
+                         if t.info.implementation_id == group.action_profile_id for e in t.entries.values())
+            if in_use:
+                raise P4RuntimeError(grpc.StatusCode.FAILED_PRECONDITION, f"{name}: group {gid} is in use")
+            del profile.groups[gid]
+            return
+        if kind == p4r.Update.INSERT and gid in profile.groups:
+            raise exists(f"{name}: group {gid} already exists")
+        if kind == p4r.Update.MODIFY and gid not in profile.groups:
+            raise not_found(f"{name}: group {gid} does not exist")
+        limit = group.max_size or info.max_group_size
+        if limit and len(group.members) > limit:
+            raise exhausted(f"{name}: group {gid} has {len(group.members)} members, max {limit}")
+        members = []
+        for m in group.members:
+            if m.member_id not in profile.members:
+                raise not_found(f"{name}: group {gid} references missing member {m.member_id}")
+            if m.weight < 0:
+                raise invalid(f"{name}: group {gid} member {m.member_id} has negative weight")
+            watch = None
+            if m.WhichOneof("watch_kind") == "watch_port":
+                watch = int.from_bytes(m.watch_port, "big")
+            elif m.WhichOneof("watch_kind") == "watch":
+                watch = m.watch
+            members.append(GroupMember(m.member_id, m.weight or 1, watch))
+        stored = p4r.ActionProfileGroup()
+        stored.CopyFrom(group)
+        profile.groups[gid] = (tuple(members), stored)
+
+    def _write_counter(self, kind: int, entry: p4r.CounterEntry) -> None:
+        counter = self.counters.get(entry.counter_id)
+        if counter is None:
+            raise not_found(f"unknown counter id {entry.counter_id}")
+        if kind != p4r.Update.MODIFY:
+            raise invalid("counter entries can only be modified")
+        indices = [entry.index.index] if entry.HasField("index") else range(counter.size)
+        for i in indices:
+            if not 0 <= i < counter.size:
+                raise invalid(f"counter index {i} out of range 0..{counter.size - 1}")
+        for i in indices:
+            counter.packets[i] = entry.data.packet_count
+            counter.bytes[i] = entry.data.byte_count
+
+    def _write_pre(self, kind: int, entry: p4r.PacketReplicationEngineEntry) -> None:
+        if entry.WhichOneof("type") != "clone_session_entry":
+            raise unimplemented("only clone sessions are supported in the packet replication engine")
+        session = entry.clone_session_entry
+        sid = session.session_id
+        if kind == p4r.Update.DELETE:
+            if sid not in self.clone_sessions:
+                raise not_found(f"clone session {sid} does not exist")
+            del self.clone_sessions[sid]
+            return
+        if kind == p4r.Update.INSERT and sid in self.clone_sessions:
+            raise exists(f"clone session {sid} already exists")
+        if kind == p4r.Update.MODIFY and sid not in self.clone_sessions:
+            raise not_found(f"clone session {sid} does not exist")
+        stored = p4r.CloneSessionEntry()
+        stored.CopyFrom(session)
+        self.clone_sessions[sid] = stored
+
+    # ---- reads ---------------------------------------------------------------------------------
+    def read(self, entity: p4r.Entity) -> Iterator[p4r.Entity]:
+        which = entity.WhichOneof("entity")
+        with self.lock:
+            if which == "table_entry":
+                yield from self._read_table_entries(entity.table_entry)
+            elif which == "action_profile_member":
+                yield from self._read_members(entity.action_profile_member)
+            elif which == "action_profile_group":
+                yield from self._read_groups(entity.action_profile_group)
+            elif which == "counter_entry":
+                yield from self._read_counters(entity.counter_entry)
+            elif which == "packet_replication_engine_entry":
+                for session in self.clone_sessions.values():
+                    out = p4r.Entity()
+                    out.packet_replication_engine_entry.clone_session_entry.CopyFrom(session)
+                    yield out
+            else:
+                raise unimplemented(f"reading {which} is not supported by the soft switch")
+
+    def _read_table_entries(self, query: p4r.TableEntry) -> Iterator[p4r.Entity]:
+        tables = [self._table(query.table_id)] if query.table_id else list(self.tables.values())
+        for table in tables:
+            if query.is_default_action:
+                out = p4r.Entity()
+                out.table_entry.CopyFrom(table.default_proto)
+                yield out
+                continue
+            for entry in list(table.entries.values()):
+                if query.match and list(entry.proto.match) != list(query.match):
+                    continue
+                out = p4r.Entity()
+                out.table_entry.CopyFrom(entry.proto)
+                yield out
+
+    def _profiles_for(self, profile_id: int) -> list[int]:
+        if profile_id:
+            self._profile(profile_id)
+            return [profile_id]
+        return list(self.profiles)
+
+    def _read_members(self, query: p4r.ActionProfileMember) -> Iterator[p4r.Entity]:
+        for pid in self._profiles_for(query.action_profile_id):
+            for mid, (_, proto) in list(self.profiles[pid].members.items()):
+                if query.member_id and query.member_id != mid:
+                    continue
+                out = p4r.Entity()
+                out.action_profile_member.CopyFrom(proto)
+                yield out
+
+    def _read_groups(self, query: p4r.ActionProfileGroup) -> Iterator[p4r.Entity]:
+        for pid in self._profiles_for(query.action_profile_id):
+            for gid, (_, proto) in list(self.profiles[pid].groups.items()):
+                if query.group_id and query.group_id != gid:
+                    continue
+                out = p4r.Entity()
+                out.action_profile_group.CopyFrom(proto)
+                yield out
+
+    def _read_counters(self, query: p4r.CounterEntry) -> Iterator[p4r.Entity]:
+        if query.counter_id:
+            if query.counter_id not in self.counters:
+                raise not_found(f"unknown counter id {query.counter_id}")
+            ids = [query.counter_id]
+        else:
+            ids = list(self.counters)
+        for cid in ids:
+            counter = self.counters[cid]
+            if query.HasField("index"):
+                if not 0 <= query.index.index < counter.size:
+                    raise invalid(f"counter index {query.index.index} out of range")
+                indices = [query.index.index]
+            else:
+                indices = range(counter.size)
+            for i in indices:
+                out = p4r.Entity()
+                out.counter_entry.counter_id = cid
+                out.counter_entry.index.index = i
+                out.counter_entry.data.packet_count = counter.packets[i]
+                out.counter_entry.data.byte_count = counter.bytes[i]
+                yield out
+
+    def clear(self) -> None:
+        """Forget all runtime state (a new pipeline was committed)."""
+        with self.lock:
+            listeners = self.listeners
+            self.__init__(self.schema)  # type: ignore[misc]
+            self.listeners = listeners
+        for listener in self.listeners:
+            listener()

@@ -1,0 +1,17 @@
+"""Topology specs (YAML), generators and the addressing plan."""
+
+from topologies.spec import Host, Link, Switch, Topology, TopologyError, load_topology
+from topologies.generators import dumbbell, fattree, leafspine, topology_by_name
+
+__all__ = [
+    "Host",
+    "Link",
+    "Switch",
+    "Topology",
+    "TopologyError",
+    "dumbbell",
+    "fattree",
+    "leafspine",
+    "load_topology",
+    "topology_by_name",
+]

@@ -1,0 +1,116 @@
+"""Topology generators: leaf-spine, fat-tree(k), dumbbell(n); and lookup by name.
+
+Names accepted by ``topology_by_name``: ``leafspine`` (2 spines, 2 leaves, 4 hosts per leaf),
+``leafspine:S,L,H``, ``fattree`` (k=4), ``fattree:K``, ``dumbbell`` (n=2), ``dumbbell:N``, or a
+path to a YAML file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from topologies.spec import (
+    DEFAULT_CAPACITY_MBPS,
+    DEFAULT_QUEUE_PKTS,
+    Topology,
+    TopologyError,
+    load_topology,
+    topology_from_dict,
+)
+
+
+def _build(name: str, switches: list[tuple[str, str]], hosts: list[str], links: list[tuple[str, str]],
+           capacity_mbps: float, queue_pkts: int) -> Topology:
+    data: dict[str, Any] = {
+        "name": name,
+        "defaults": {"capacity_mbps": capacity_mbps, "queue_pkts": queue_pkts},
+        "switches": [{"name": n, "role": r} for n, r in switches],
+        "hosts": [{"name": h} for h in hosts],
+        "links": [{"a": a, "b": b} for a, b in links],
+    }
+    return topology_from_dict(data, source=name)
+
+
+def leafspine(spines: int = 2, leaves: int = 2, hosts_per_leaf: int = 4,
+              capacity_mbps: float = DEFAULT_CAPACITY_MBPS, queue_pkts: int = DEFAULT_QUEUE_PKTS) -> Topology:
+    """Spines s1..sS, leaves s(S+1)..; every leaf links to every spine; hosts h1.. under the leaves."""
+    if spines < 1 or leaves < 1 or hosts_per_leaf < 1:
+        raise TopologyError("leafspine: spines, leaves and hosts_per_leaf must be >= 1")
+    spine_names = [f"s{i + 1}" for i in range(spines)]
+    leaf_names = [f"s{spines + i + 1}" for i in range(leaves)]
+    hosts, links = [], []
+    for li, leaf in enumerate(leaf_names):
+        for k in range(hosts_per_leaf):
+            host = f"h{li * hosts_per_leaf + k + 1}"
+            hosts.append(host)
+            links.append((host, leaf))
+    for leaf in leaf_names:
+        for spine in spine_names:
+            links.append((leaf, spine))
+    switches = [(s, "spine") for s in spine_names] + [(s, "leaf") for s in leaf_names]
+    return _build(f"leafspine-{spines}x{leaves}x{hosts_per_leaf}", switches, hosts, links,
+                  capacity_mbps, queue_pkts)
+
+
+def fattree(k: int = 4, capacity_mbps: float = DEFAULT_CAPACITY_MBPS,
+            queue_pkts: int = DEFAULT_QUEUE_PKTS) -> Topology:
+    """Three-tier fat-tree: (k/2)^2 core, k pods of k/2 agg + k/2 edge, k/2 hosts per edge."""
+    if k < 2 or k % 2:
+        raise TopologyError(f"fattree: k must be an even number >= 2, got {k}")
+    half = k // 2
+    n = 0
+
+    def next_switch() -> str:
+        nonlocal n
+        n += 1
+        return f"s{n}"
+
+    cores = [next_switch() for _ in range(half * half)]
+    switches = [(c, "core") for c in cores]
+    hosts, links = [], []
+    edge_links, up_links = [], []
+    for _pod in range(k):
+        aggs = [next_switch() for _ in range(half)]
+        edges = [next_switch() for _ in range(half)]
+        switches += [(a, "agg") for a in aggs] + [(e, "edge") for e in edges]
+        for edge in edges:
+            for _ in range(half):
+                host = f"h{len(hosts) + 1}"
+                hosts.append(host)
+                edge_links.append((host, edge))
+            for agg in aggs:
+                up_links.append((edge, agg))
+        for ai, agg in enumerate(aggs):
+            for ci in range(half):
+                up_links.append((agg, cores[ai * half + ci]))
+    links = edge_links + up_links
+    return _build(f"fattree-{k}", switches, hosts, links, capacity_mbps, queue_pkts)
+
+
+def dumbbell(n: int = 2, capacity_mbps: float = DEFAULT_CAPACITY_MBPS,
+             queue_pkts: int = DEFAULT_QUEUE_PKTS) -> Topology:
+    """Two switches s1-s2 joined by one bottleneck link; n hosts on each side."""
+    if n < 1:
+        raise TopologyError(f"dumbbell: n must be >= 1, got {n}")
+    hosts = [f"h{i + 1}" for i in range(2 * n)]
+    links = [(h, "s1") for h in hosts[:n]] + [(h, "s2") for h in hosts[n:]] + [("s1", "s2")]
+    return _build(f"dumbbell-{n}", [("s1", "leaf"), ("s2", "leaf")], hosts, links, capacity_mbps, queue_pkts)
+
+
+GENERATORS = {"leafspine": leafspine, "fattree": fattree, "dumbbell": dumbbell}
+
+
+def topology_by_name(spec: str) -> Topology:
+    """A generator name with optional integer arguments (``fattree:4``) or a YAML file path."""
+    base, _, args = spec.partition(":")
+    if base in GENERATORS:
+        try:
+            numbers = [int(a) for a in args.split(",") if a.strip()] if args else []
+        except ValueError:
+            raise TopologyError(f"topology {spec!r}: arguments must be integers") from None
+        return GENERATORS[base](*numbers)
+    path = Path(spec)
+    if path.exists():
+        return load_topology(path)
+    raise TopologyError(f"unknown topology {spec!r}: not one of {', '.join(GENERATORS)} and no such file")

@@ -1,0 +1,258 @@
+"""Topology spec: switches, hosts and links with capacity (Mbps) and queue depth (packets).
+
+YAML form::
+
+    name: my-fabric
+    defaults: {capacity_mbps: 20, queue_pkts: 64}
+    switches: [{name: s1, role: spine}, {name: s3, role: leaf}]
+    hosts: [{name: h1}]
+    links: [{a: h1, b: s3}, {a: s3, b: s1, capacity_mbps: 40}]
+
+Validation errors name the offending field: ``links[3].b: unknown node 's9'``.
+Port numbers are assigned per node in link order (1, 2, ...) unless a link gives
+``a_port``/``b_port``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*[0-9]+$")
+MAX_PORT = 254  # BMv2 ports are 9-bit; 255 is the CPU port by our convention
+CPU_PORT = 255
+SWITCH_ROLES = ("spine", "leaf", "core", "agg", "edge", "switch")
+DEFAULT_CAPACITY_MBPS = 20.0
+DEFAULT_QUEUE_PKTS = 64
+
+
+class TopologyError(ValueError):
+    """A topology spec is invalid; the message starts with the field path."""
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    role: str = "switch"
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+
+
+@dataclass(frozen=True)
+class Link:
+    """A bidirectional link. capacity_mbps: rate of each direction; queue_pkts: egress queue depth."""
+
+    a: str
+    b: str
+    a_port: int
+    b_port: int
+    capacity_mbps: float
+    queue_pkts: int
+
+    def other(self, node: str) -> str:
+        return self.b if node == self.a else self.a
+
+    def port_of(self, node: str) -> int:
+        return self.a_port if node == self.a else self.b_port
+
+
+@dataclass
+class Topology:
+    name: str
+    switches: list[Switch]
+    hosts: list[Host]
+    links: list[Link]
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._switch_names = {s.name for s in self.switches}
+        self._host_names = {h.name for h in self.hosts}
+
+    def is_switch(self, name: str) -> bool:
+        return name in self._switch_names
+
+    def is_host(self, name: str) -> bool:
+        return name in self._host_names
+
+    def links_of(self, node: str) -> list[Link]:
+        return [link for link in self.links if node in (link.a, link.b)]
+
+    def host_link(self, host: str) -> Link:
+        links = self.links_of(host)
+        if len(links) != 1:
+            raise TopologyError(f"host {host} has {len(links)} links; exactly one is supported")
+        return links[0]
+
+    def neighbours(self, node: str) -> list[tuple[str, Link]]:
+        return [(link.other(node), link) for link in self.links_of(node)]
+
+    def find_link(self, a: str, b: str) -> Link:
+        for link in self.links:
+            if {link.a, link.b} == {a, b}:
+                return link
+        raise TopologyError(f"no link between {a} and {b}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "defaults": dict(self.defaults),
+            "switches": [{"name": s.name, "role": s.role} for s in self.switches],
+            "hosts": [{"name": h.name} for h in self.hosts],
+            "links": [
+                {
+                    "a": link.a,
+                    "b": link.b,
+                    "a_port": link.a_port,
+                    "b_port": link.b_port,
+                    "capacity_mbps": link.capacity_mbps,
+                    "queue_pkts": link.queue_pkts,
+                }
+                for link in self.links
+            ],
+        }
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def load_topology(path: Path | str) -> Topology:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise TopologyError(f"{path}: not valid YAML: {exc}") from None
+    return topology_from_dict(data, source=str(path))
+
+
+def _number(value: Any, where: str, *, integer: bool, minimum: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TopologyError(f"{where}: expected a number, got {value!r}")
+    if integer and not float(value).is_integer():
+        raise TopologyError(f"{where}: expected an integer, got {value!r}")
+    if value < minimum:
+        raise TopologyError(f"{where}: must be >= {minimum}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise TopologyError(
+            f"{where}: invalid name {value!r} (lower-case letters, digits, '-' or '_', ending in a digit)"
+        )
+    return value
+
+
+def _mapping(value: Any, where: str, allowed: set[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TopologyError(f"{where}: expected a mapping, got {type(value).__name__}")
+    for key in value:
+        if key not in allowed:
+            raise TopologyError(f"{where}.{key}: unknown field (allowed: {', '.join(sorted(allowed))})")
+    return value
+
+
+def _list(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise TopologyError(f"{key}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def topology_from_dict(data: Any, source: str = "topology") -> Topology:
+    data = _mapping(data, source, {"name", "defaults", "switches", "hosts", "links"})
+    name = data.get("name", Path(source).stem)
+    if not isinstance(name, str) or not name:
+        raise TopologyError("name: expected a non-empty string")
+    defaults = _mapping(data.get("defaults", {}) or {}, "defaults", {"capacity_mbps", "queue_pkts"})
+    default_capacity = _number(
+        defaults.get("capacity_mbps", DEFAULT_CAPACITY_MBPS), "defaults.capacity_mbps",
+        integer=False, minimum=0.001,
+    )
+    default_queue = _number(
+        defaults.get("queue_pkts", DEFAULT_QUEUE_PKTS), "defaults.queue_pkts", integer=True, minimum=1
+    )
+
+    seen: dict[str, str] = {}
+    switches: list[Switch] = []
+    for i, raw in enumerate(_list(data, "switches")):
+        where = f"switches[{i}]"
+        raw = _mapping(raw, where, {"name", "role"})
+        sw_name = _name(raw.get("name"), f"{where}.name")
+        if sw_name in seen:
+            raise TopologyError(f"{where}.name: duplicate node name {sw_name!r} (also {seen[sw_name]})")
+        role = raw.get("role", "switch")
+        if role not in SWITCH_ROLES:
+            raise TopologyError(f"{where}.role: unknown role {role!r} (one of {', '.join(SWITCH_ROLES)})")
+        seen[sw_name] = where
+        switches.append(Switch(sw_name, role))
+    if not switches:
+        raise TopologyError("switches: at least one switch is needed")
+
+    hosts: list[Host] = []
+    for i, raw in enumerate(_list(data, "hosts")):
+        where = f"hosts[{i}]"
+        raw = _mapping(raw, where, {"name"})
+        host_name = _name(raw.get("name"), f"{where}.name")
+        if host_name in seen:
+            raise TopologyError(f"{where}.name: duplicate node name {host_name!r} (also {seen[host_name]})")
+        seen[host_name] = where
+        hosts.append(Host(host_name))
+
+    next_port: dict[str, int] = {}
+    used_ports: dict[tuple[str, int], str] = {}
+    links: list[Link] = []
+    pairs: set[frozenset[str]] = set()
+    host_names = {h.name for h in hosts}
+    for i, raw in enumerate(_list(data, "links")):
+        where = f"links[{i}]"
+        raw = _mapping(raw, where, {"a", "b", "a_port", "b_port", "capacity_mbps", "queue_pkts"})
+        ends = []
+        for end in ("a", "b"):
+            node = raw.get(end)
+            if node not in seen:
+                raise TopologyError(f"{where}.{end}: unknown node {node!r}")
+            ends.append(node)
+        a, b = ends
+        if a == b:
+            raise TopologyError(f"{where}.b: a link cannot connect {a} to itself")
+        if a in host_names and b in host_names:
+            raise TopologyError(f"{where}: hosts {a} and {b} cannot be linked directly")
+        pair = frozenset((a, b))
+        if pair in pairs:
+            raise TopologyError(f"{where}: duplicate link between {a} and {b}")
+        pairs.add(pair)
+        ports = []
+        for end, node in (("a", a), ("b", b)):
+            key = f"{end}_port"
+            if key in raw:
+                port = _number(raw[key], f"{where}.{key}", integer=True, minimum=1)
+            else:
+                port = next_port.get(node, 0) + 1
+            if port > MAX_PORT:
+                raise TopologyError(f"{where}.{key}: port {port} exceeds {MAX_PORT}")
+            if (node, port) in used_ports:
+                raise TopologyError(f"{where}.{key}: port {port} of {node} already used by {used_ports[(node, port)]}")
+            used_ports[(node, port)] = where
+            next_port[node] = max(next_port.get(node, 0), port)
+            ports.append(port)
+        capacity = _number(
+            raw.get("capacity_mbps", default_capacity), f"{where}.capacity_mbps", integer=False, minimum=0.001
+        )
+        queue = _number(raw.get("queue_pkts", default_queue), f"{where}.queue_pkts", integer=True, minimum=1)
+        links.append(Link(a, b, ports[0], ports[1], capacity, queue))
+
+    topo = Topology(
+        name, switches, hosts, links, {"capacity_mbps": default_capacity, "queue_pkts": default_queue}
+    )
+    for i, host in enumerate(hosts):
+        count = len(topo.links_of(host.name))
+        if count != 1:
+            raise TopologyError(f"hosts[{i}]: host {host.name} has {count} links; exactly one is needed")
+    return topo
