@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     service = P4RuntimeService(device)
     dataplane.packet_in = service.send_packet_in
     try:
-        server = serve(service, args.grpc_server_addr)
+        server, _ = serve(service, args.grpc_server_addr)
     except (OSError, ValueError, RuntimeError) as exc:
         log.error("P4Runtime server: %s", exc)
         print(f"softswitch: P4Runtime server: {exc}", file=sys.stderr)

@@ -311,14 +311,16 @@ def _verify(schema: P4Schema) -> None:
     Pipeline(RuntimeState(schema))
 
 
-def serve(service: P4RuntimeService, address: str, max_workers: int = 8) -> grpc.Server:
+def serve(service: P4RuntimeService, address: str, max_workers: int = 8) -> tuple[grpc.Server, int]:
+    """Start the service on `address`; return the server and the bound TCP port (0 for unix:)."""
     host = address.rsplit(":", 1)[0] if not address.startswith("unix:") else ""
     if host.strip("[]") in ("0.0.0.0", "::", ""):
         if not address.startswith("unix:"):
             raise ValueError(f"refusing to bind {address}: use 127.0.0.1:PORT or unix:PATH")
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="p4rt"))
     p4r_grpc.add_P4RuntimeServicer_to_server(service, server)
-    if server.add_insecure_port(address) == 0 and not address.startswith("unix:"):
+    bound = server.add_insecure_port(address)
+    if bound == 0 and not address.startswith("unix:"):
         raise OSError(f"could not bind the P4Runtime server to {address}")
     server.start()
-    return server
+    return server, bound

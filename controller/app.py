@@ -1,0 +1,164 @@
+"""The controller process: one P4Runtime session per switch, programmed from the topology.
+
+    python -m controller --run-dir runs/<id>
+
+Reads ``topology.yaml`` and ``switches.json`` (name → gRPC address, device id) from the run
+directory, pushes the pipeline, installs port_role, port_config, ECMP members/groups (watch
+ports on every member) and ipv4_lpm routes, then writes ``controller.ready``. A switch whose
+session drops is reconnected and reprogrammed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from controller import entities as ent
+from controller.p4rt_client import SwitchError, SwitchSession
+from controller.routing import compute_routes, port_configs
+from topologies.addressing import AddressPlan
+from topologies.spec import Topology, load_topology
+from wire.p4info import DEFAULT_P4INFO, P4Schema
+from wire.proto import p4r
+
+log = logging.getLogger("controller")
+
+SELECTOR = "StarIngress.ecmp_selector"
+
+
+def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: str,
+                   routes) -> list[p4r.Update]:
+    """All updates that program `switch` from scratch, in dependency order."""
+    updates: list[p4r.Update] = []
+    for pc in port_configs(topo, switch):
+        updates.append(ent.insert(ent.table_entry(
+            schema, "StarIngress.port_role", {"standard_metadata.ingress_port": pc.port},
+            action_call=ent.action(schema, "StarIngress.set_port_role", role=pc.role))))
+        updates.append(ent.insert(ent.table_entry(
+            schema, "StarEgress.port_config", {"standard_metadata.egress_port": pc.port},
+            action_call=ent.action(schema, "StarEgress.set_port_config",
+                                   capacity_mbps=int(round(pc.capacity_mbps)),
+                                   ecn_threshold_pkts=pc.ecn_threshold_pkts))))
+    members: dict[tuple, int] = {}
+    groups: dict[tuple, int] = {}
+    tail: list[p4r.Update] = []
+    for route in routes:
+        for hop in route.next_hops:
+            if hop not in members:
+                members[hop] = len(members) + 1
+                updates.append(ent.insert(ent.member(
+                    schema, SELECTOR, members[hop],
+                    ent.action(schema, "StarIngress.set_nhop", port=hop.port, smac=hop.smac, dmac=hop.dmac))))
+        match = {"hdr.ipv4.dst_addr": (route.prefix, route.prefix_len)}
+        if len(route.next_hops) == 1:
+            tail.append(ent.insert(ent.table_entry(schema, "StarIngress.ipv4_lpm", match,
+                                                   member_id=members[route.next_hops[0]])))
+            continue
+        if route.next_hops not in groups:
+            groups[route.next_hops] = len(groups) + 1
+            updates.append(ent.insert(ent.group(
+                schema, SELECTOR, groups[route.next_hops],
+                [(members[h], h.port) for h in route.next_hops])))
+        tail.append(ent.insert(ent.table_entry(schema, "StarIngress.ipv4_lpm", match,
+                                               group_id=groups[route.next_hops])))
+    return updates + tail
+
+
+class Controller:
+    def __init__(self, run_dir: Path, schema: P4Schema) -> None:
+        self.run_dir = run_dir
+        self.schema = schema
+        self.topo = load_topology(run_dir / "topology.yaml")
+        self.plan = AddressPlan(self.topo)
+        info = json.loads((run_dir / "switches.json").read_text())
+        self.switch_info = info["switches"]
+        self.sessions: dict[str, SwitchSession] = {}
+        self.stopping = asyncio.Event()
+        self.packet_ins = 0
+
+    def _session(self, name: str) -> SwitchSession:
+        sw = self.switch_info[name]
+        return SwitchSession(name, sw["grpc"], sw["device_id"], self.schema,
+                             request_log=self.run_dir / "p4runtime-requests.log")
+
+    async def program(self, session: SwitchSession, routes) -> int:
+        await session.set_pipeline()
+        updates = switch_program(self.schema, self.topo, self.plan, session.name, routes)
+        await session.write(updates)
+        return len(updates)
+
+    async def start(self) -> None:
+        routes = compute_routes(self.topo, self.plan)
+        names = [s.name for s in self.topo.switches]
+        for name in names:
+            self.sessions[name] = self._session(name)
+        await asyncio.gather(*(self.sessions[n].connect() for n in names))
+        counts = await asyncio.gather(*(self.program(self.sessions[n], routes[n]) for n in names))
+        for name, count in zip(names, counts):
+            log.info("%s programmed: %d updates", name, count)
+        (self.run_dir / "controller.ready").write_text(json.dumps(dict(zip(names, counts))))
+
+    async def _watch(self, name: str) -> None:
+        """Drain PacketIns; reconnect and reprogram the switch if its session drops."""
+        while not self.stopping.is_set():
+            session = self.sessions[name]
+            try:
+                packet = await asyncio.wait_for(session.packet_ins.get(), 0.5)
+                self.packet_ins += 1
+                log.debug("%s packet-in %s", name, session.packet_in_fields(packet))
+                continue
+            except asyncio.TimeoutError:
+                pass
+            if session.is_primary.is_set():
+                continue
+            log.warning("%s: session lost, reconnecting", name)
+            await session.close()
+            fresh = self._session(name)
+            try:
+                await fresh.connect(timeout_s=2.0)
+                await self.program(fresh, compute_routes(self.topo, self.plan)[name])
+                self.sessions[name] = fresh
+                log.info("%s: reconnected and reprogrammed", name)
+            except (SwitchError, Exception) as exc:  # keep trying while the testbed is up
+                log.warning("%s: reconnect failed: %s", name, exc)
+                self.sessions[name] = fresh
+                await asyncio.sleep(1.0)
+
+    async def run(self) -> None:
+        await self.start()
+        watchers = [asyncio.create_task(self._watch(n)) for n in self.sessions]
+        await self.stopping.wait()
+        for task in watchers:
+            task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
+        await asyncio.gather(*(s.close() for s in self.sessions.values()), return_exceptions=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="controller", description="StarNet P4Runtime controller")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--p4info", type=Path, default=DEFAULT_P4INFO)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(filename=args.run_dir / "controller.log", level=args.log_level.upper(),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    controller = Controller(args.run_dir, P4Schema.load(args.p4info))
+
+    async def runner() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, controller.stopping.set)
+        await controller.run()
+
+    try:
+        asyncio.run(runner())
+    except SwitchError as exc:
+        log.error("%s", exc)
+        print(f"controller: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,1 @@
+"""Mininet integration: switch/host node classes, bring-up, CLI, run directories and cleanup."""

@@ -1,0 +1,81 @@
+"""python -m testbed run|clean|address|device-id
+
+    run --topo NAME|FILE --dataplane auto|soft|bmv2   bring up a testbed and open the CLI
+    clean                                            end what earlier runs left (by recorded PID)
+    address SW / device-id SW                        P4Runtime address / device id of a running switch
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from testbed.rundir import RUNS, clean_all
+
+
+def _latest_switches() -> dict:
+    for run_dir in sorted(RUNS.glob("*"), reverse=True):
+        info = run_dir / "switches.json"
+        if info.exists() and not (run_dir / "stopped").exists():
+            return json.loads(info.read_text())["switches"]
+    raise SystemExit("no running testbed found under runs/ (start one with `make run`)")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if os.geteuid() != 0:
+        print("testbed: Mininet needs root (run as root or with sudo)", file=sys.stderr)
+        return 2
+    from mininet.log import setLogLevel
+
+    from testbed.cli import StarNetCLI
+    from testbed.net import Testbed, TestbedError
+    from testbed.nodes import SwitchStartError
+    from topologies import TopologyError, topology_by_name
+
+    setLogLevel("info")
+    try:
+        topo = topology_by_name(args.topo)
+        tb = Testbed(topo, dataplane=args.dataplane)
+    except (TopologyError, TestbedError) as exc:
+        print(f"testbed: {exc}", file=sys.stderr)
+        return 2
+    try:
+        tb.start()
+    except (SwitchStartError, TestbedError) as exc:
+        print(f"testbed: {exc}", file=sys.stderr)
+        return 1
+    try:
+        StarNetCLI(tb)
+    finally:
+        tb.stop()
+    print(f"testbed stopped; run directory {tb.run_dir}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="testbed")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="bring up a testbed and open the CLI")
+    run.add_argument("--topo", default="leafspine")
+    run.add_argument("--dataplane", default="auto")
+    sub.add_parser("clean", help="end processes and delete interfaces left by earlier runs")
+    for name in ("address", "device-id"):
+        sub.add_parser(name).add_argument("switch")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return cmd_run(args)
+    if args.command == "clean":
+        done = clean_all()
+        print("\n".join(done) if done else "nothing left by earlier runs")
+        return 0
+    switches = _latest_switches()
+    if args.switch not in switches:
+        raise SystemExit(f"no switch {args.switch!r} in the running testbed ({', '.join(switches)})")
+    print(switches[args.switch]["grpc" if args.command == "address" else "device_id"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The testbed's Mininet CLI: Mininet's commands (pingall, iperf, hN cmd ...) plus a banner and
+`switches` / `queues` to show what the P4 switches report."""
+
+from __future__ import annotations
+
+from mininet.cli import CLI
+
+from testbed.net import Testbed
+
+
+def banner(tb: Testbed) -> str:
+    topo = tb.topo
+    lines = [
+        f"StarNet testbed: {topo.name} on the {tb.dataplane} data plane",
+        f"  {len(topo.switches)} P4 switches, {len(topo.hosts)} hosts, {len(topo.links)} links, "
+        f"programmed over P4Runtime by the controller",
+        f"  run directory: {tb.run_dir}",
+        "  logs: switches/<name>.log, controller.log, p4runtime-requests.log",
+        "  try: pingall | iperf h1 h8 | h1 ping -c3 h8 | switches | queues s3 | help | exit",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class StarNetCLI(CLI):
+    prompt = "mininet> "
+
+    def __init__(self, tb: Testbed, **kwargs) -> None:
+        self.tb = tb
+        assert tb.net is not None
+        tb.net.stdout_banner = banner(tb)
+        super().__init__(tb.net, **kwargs)
+
+    def preloop(self) -> None:
+        self.stdout.write(banner(self.tb))
+        super().preloop() if hasattr(super(), "preloop") else None
+
+    def do_switches(self, line: str) -> None:
+        """switches: each P4 switch with its device id, P4Runtime address and process state."""
+        for name, sw in self.tb.switches.items():
+            state = "running" if sw.proc and sw.proc.poll() is None else "stopped"
+            self.stdout.write(f"{name:6} device {sw.device_id:<3} {sw.kind:5} {sw.grpc_address:22} {state}\n")
+
+    def do_queues(self, line: str) -> None:
+        """queues [switch]: per-port egress queue depth, maximum, drops and tx of the soft switches."""
+        names = line.split() or list(self.tb.switches)
+        for name in names:
+            if name not in self.tb.switches:
+                self.stdout.write(f"unknown switch {name!r}\n")
+                continue
+            try:
+                stats = self.tb.switch_stats(name)
+            except (OSError, ValueError):
+                self.stdout.write(f"{name}: no stats (only the soft data plane writes them)\n")
+                continue
+            self.stdout.write(f"{name}: drops {stats['drops']}\n")
+            for port, p in sorted(stats["ports"].items(), key=lambda kv: int(kv[0])):
+                self.stdout.write(
+                    f"  port {port:>3} {p['iface']:10} q {p['qdepth_pkts']:>3}/{p['depth_pkts']:<3} "
+                    f"max {p['max_qdepth_pkts']:>3} drops {p['queue_drops']:>6} tx {p['tx_pkts']:>9} pkts "
+                    f"{p['rate_mbps']:.0f} Mbps\n")

@@ -1,0 +1,174 @@
+"""Bring a testbed up and down: Mininet hosts and links, P4 switches, the controller.
+
+    with Testbed(topology_by_name("leafspine"), dataplane="soft") as tb:
+        tb.net.pingAll()
+
+Everything started is recorded in the run directory so `make clean` can end it if a run dies.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mininet.link import Link
+from mininet.log import info
+from mininet.net import Mininet
+
+from testbed.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_available, log_tail
+from testbed.ports import free_ports
+from testbed.rundir import clean_run, forget_pid, new_run_dir, record_interfaces, record_pid
+from topologies.addressing import AddressPlan
+from topologies.spec import Topology
+
+CONTROLLER_READY_S = 60.0
+
+
+class TestbedError(RuntimeError):
+    pass
+
+
+def resolve_dataplane(dataplane: str) -> str:
+    if dataplane == "auto":
+        return "bmv2" if bmv2_available() else "soft"
+    if dataplane == "bmv2" and not bmv2_available():
+        raise TestbedError("--dataplane bmv2: simple_switch_grpc and p4c-bm2-ss are not on PATH")
+    if dataplane not in ("soft", "bmv2"):
+        raise TestbedError(f"--dataplane: unknown data plane {dataplane!r} (auto, soft or bmv2)")
+    return dataplane
+
+
+class Testbed:
+    __test__ = False  # not a pytest class
+
+    def __init__(self, topo: Topology, dataplane: str = "auto", run_dir: Path | None = None,
+                 name: str | None = None) -> None:
+        self.topo = topo
+        self.plan = AddressPlan(topo)
+        self.dataplane = resolve_dataplane(dataplane)
+        self.run_dir = run_dir or new_run_dir(name or topo.name)
+        self.net: Mininet | None = None
+        self.controller: subprocess.Popen | None = None
+        self.switches: dict[str, P4Switch] = {}
+
+    # ---- bring-up ----------------------------------------------------------------------------
+    def start(self) -> Testbed:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        (self.run_dir / "topology.yaml").write_text(self.topo.to_yaml())
+        net = Mininet(topo=None, controller=None, host=StarHost, link=Link, build=False,
+                      autoSetMacs=False, autoStaticArp=False, waitConnected=False)
+        self.net = net
+        n = len(self.topo.switches)
+        ports = free_ports(2 * n)
+        switch_cls = SoftP4Switch if self.dataplane == "soft" else BMv2Switch
+        for i, sw in enumerate(self.topo.switches):
+            shapes = {link.port_of(sw.name): (link.capacity_mbps, link.queue_pkts)
+                      for link in self.topo.links_of(sw.name)}
+            params = dict(device_id=self.plan.switches[sw.name].device_id, grpc_port=ports[i],
+                          run_dir=self.run_dir, shapes=shapes)
+            if switch_cls is BMv2Switch:
+                params["thrift_port"] = ports[n + i]
+            self.switches[sw.name] = net.addSwitch(sw.name, cls=switch_cls, **params)
+        for host in self.topo.hosts:
+            address = self.plan.hosts[host.name]
+            net.addHost(host.name, ip=f"{address.ip}/32", mac=address.mac)
+        intfs = []
+        for link in self.topo.links:
+            kwargs = {}
+            for end, node, port in (("1", link.a, link.a_port), ("2", link.b, link.b_port)):
+                if self.topo.is_host(node):
+                    kwargs[f"port{end}"] = 0
+                    kwargs[f"intfName{end}"] = f"{node}-eth0"
+                else:
+                    kwargs[f"port{end}"] = port
+                    kwargs[f"intfName{end}"] = f"{node}-eth{port}"
+                    intfs.append(kwargs[f"intfName{end}"])
+            # MACs of switch ports follow the address plan so next-hop rewrites match the wire.
+            for end, node, port in (("1", link.a, link.a_port), ("2", link.b, link.b_port)):
+                kwargs[f"addr{end}"] = self.plan.mac_of(node, None if self.topo.is_host(node) else port)
+            net.addLink(link.a, link.b, **kwargs)
+        record_interfaces(self.run_dir, intfs)
+        net.build()
+        for host in net.hosts:
+            record_pid(self.run_dir, f"host-{host.name}", host.pid)
+            address = self.plan.hosts[host.name]
+            host.setup_fabric(address.ip, address.gateway_ip, address.gateway_mac)
+        for sw in net.switches:
+            record_pid(self.run_dir, f"shell-{sw.name}", sw.pid)
+        info(f"*** Starting {n} {self.dataplane} switches\n")
+        for sw in self.switches.values():
+            sw.launch()
+        for sw in self.switches.values():
+            sw.wait_ready()
+        (self.run_dir / "switches.json").write_text(json.dumps({
+            "dataplane": self.dataplane,
+            "switches": {name: {"grpc": sw.grpc_address, "device_id": sw.device_id,
+                                **({"thrift_port": sw.thrift_port} if isinstance(sw, BMv2Switch) else {})}
+                         for name, sw in self.switches.items()},
+        }, indent=1))
+        info("*** Starting the controller\n")
+        self._start_controller()
+
+    def _start_controller(self) -> None:
+        log_path = self.run_dir / "controller.out"
+        with log_path.open("ab") as out:
+            self.controller = subprocess.Popen(
+                [sys.executable, "-m", "controller", "--run-dir", str(self.run_dir)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        record_pid(self.run_dir, "controller", self.controller.pid)
+        ready = self.run_dir / "controller.ready"
+        deadline = time.monotonic() + CONTROLLER_READY_S
+        while not ready.exists():
+            if self.controller.poll() is not None:
+                raise TestbedError(f"the controller exited ({self.controller.returncode}):\n"
+                                   f"{log_tail(log_path)}\n{log_tail(self.run_dir / 'controller.log')}")
+            if time.monotonic() > deadline:
+                raise TestbedError(f"the controller did not program the fabric within {CONTROLLER_READY_S:.0f} s:\n"
+                                   f"{log_tail(self.run_dir / 'controller.log')}")
+            time.sleep(0.1)
+
+    # ---- tear-down ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        if self.controller is not None:
+            if self.controller.poll() is None:
+                self.controller.terminate()
+                try:
+                    self.controller.wait(5)
+                except subprocess.TimeoutExpired:
+                    self.controller.kill()
+                    self.controller.wait()
+            forget_pid(self.run_dir, "controller")
+            self.controller = None
+        if self.net is not None:
+            try:
+                self.net.stop()
+            finally:
+                self.net = None
+        clean_run(self.run_dir)
+        (self.run_dir / "stopped").write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
+
+    def __enter__(self) -> Testbed:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- helpers for tests and the CLI -------------------------------------------------------
+    def host(self, name: str) -> StarHost:
+        assert self.net is not None
+        return self.net.get(name)
+
+    def switch_stats(self, name: str) -> dict:
+        """The soft switch's own per-port queue/drop counters (written every 0.5 s)."""
+        path = self.run_dir / "switches" / f"{name}.stats.json"
+        return json.loads(path.read_text())

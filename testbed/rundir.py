@@ -1,0 +1,105 @@
+"""Run directories (runs/<timestamp>-<name>/) and the PID/interface records that `make clean` uses.
+
+Every process the testbed starts is recorded as ``pids/<label>.pid`` holding its PID and its
+kernel start time, so cleanup ends exactly those processes (a reused PID is left alone); every
+interface it creates is listed in ``interfaces.txt``. Nothing is ever found by name pattern.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+RUNS = PROJECT_ROOT / "runs"
+
+
+def new_run_dir(name: str, base: Path = RUNS) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    path = base / f"{stamp}-{name}"
+    (path / "pids").mkdir(parents=True)
+    (path / "switches").mkdir()
+    return path
+
+
+def process_start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def record_pid(run_dir: Path, label: str, pid: int) -> None:
+    start = process_start_time(pid) or "?"
+    (run_dir / "pids" / f"{label}.pid").write_text(f"{pid} {start}\n")
+
+
+def forget_pid(run_dir: Path, label: str) -> None:
+    (run_dir / "pids" / f"{label}.pid").unlink(missing_ok=True)
+
+
+def record_interfaces(run_dir: Path, names: list[str]) -> None:
+    with (run_dir / "interfaces.txt").open("a") as f:
+        for name in names:
+            f.write(name + "\n")
+
+
+def _alive_as_recorded(pid: int, start: str) -> bool:
+    return process_start_time(pid) == start
+
+
+def end_process(pid: int, start: str, grace_s: float = 2.0) -> bool:
+    """SIGTERM, then SIGKILL after grace_s, the process `pid` if it is still the one recorded."""
+    if not _alive_as_recorded(pid, start):
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not _alive_as_recorded(pid, start):
+            return True
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return True
+
+
+def clean_run(run_dir: Path) -> list[str]:
+    """End recorded processes and delete recorded interfaces of one run; return what was done."""
+    done = []
+    for pid_file in sorted((run_dir / "pids").glob("*.pid")):
+        try:
+            pid_text, start = pid_file.read_text().split()
+            pid = int(pid_text)
+        except ValueError:
+            pid_file.unlink()
+            continue
+        if end_process(pid, start):
+            done.append(f"ended {pid_file.stem} (pid {pid})")
+        pid_file.unlink()
+    listing = run_dir / "interfaces.txt"
+    if listing.exists():
+        for name in listing.read_text().split():
+            if Path(f"/sys/class/net/{name}").exists():
+                subprocess.run(["ip", "link", "del", name], capture_output=True)
+                done.append(f"deleted interface {name}")
+        listing.unlink()
+    return done
+
+
+def clean_all(base: Path = RUNS) -> list[str]:
+    done = []
+    if base.exists():
+        for run_dir in sorted(base.iterdir()):
+            if (run_dir / "pids").is_dir():
+                done += clean_run(run_dir)
+    return done

@@ -1,0 +1,284 @@
+"""P4Runtime conformance of the soft switch server, driven with the P4Runtime protos (no root)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import grpc
+import pytest
+
+from controller import entities as ent
+from softswitch.p4rt_server import Device, P4RuntimeService, serve
+from softswitch.pipeline import Pipeline
+from softswitch.runtime_state import RuntimeState
+from wire.p4info import P4Schema
+from wire.proto import p4r, p4r_grpc, rpc_status
+
+DEVICE_ID = 7
+
+
+class Stream:
+    """A StreamChannel client: send requests, receive responses with a timeout."""
+
+    def __init__(self, stub: p4r_grpc.P4RuntimeStub) -> None:
+        self.requests: queue.Queue = queue.Queue()
+        self.responses: queue.Queue = queue.Queue()
+        self.call = stub.StreamChannel(iter(self.requests.get, None))
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        try:
+            for response in self.call:
+                self.responses.put(response)
+        except grpc.RpcError:
+            pass
+
+    def arbitrate(self, election_low: int) -> p4r.StreamMessageResponse:
+        request = p4r.StreamMessageRequest()
+        request.arbitration.device_id = DEVICE_ID
+        request.arbitration.election_id.low = election_low
+        self.requests.put(request)
+        return self.next("arbitration")
+
+    def next(self, kind: str, timeout: float = 5.0) -> p4r.StreamMessageResponse:
+        while True:
+            response = self.responses.get(timeout=timeout)
+            if response.WhichOneof("update") == kind:
+                return response
+
+    def close(self) -> None:
+        self.requests.put(None)
+        self.call.cancel()
+
+
+@pytest.fixture(scope="module")
+def schema() -> P4Schema:
+    return P4Schema.load()
+
+
+@pytest.fixture()
+def switch(schema):
+    pipeline = Pipeline(RuntimeState(schema))
+    sent: list[tuple[int, bytes]] = []
+    device = Device(DEVICE_ID, 255, lambda s, state: pipeline.bind(state), lambda port, data: sent.append((port, data)))
+    service = P4RuntimeService(device)
+    server, port = serve(service, "127.0.0.1:0")
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = p4r_grpc.P4RuntimeStub(channel)
+    streams: list[Stream] = []
+
+    def open_stream(election_low: int) -> tuple[Stream, p4r.StreamMessageResponse]:
+        stream = Stream(stub)
+        streams.append(stream)
+        return stream, stream.arbitrate(election_low)
+
+    yield stub, open_stream, pipeline, sent, service
+    for stream in streams:
+        stream.close()
+    channel.close()
+    server.stop(0)
+
+
+def push_pipeline(stub, schema, election_low=10):
+    request = p4r.SetForwardingPipelineConfigRequest(
+        device_id=DEVICE_ID, action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+    request.election_id.low = election_low
+    request.config.p4info.CopyFrom(schema.p4info)
+    stub.SetForwardingPipelineConfig(request)
+
+
+def write(stub, updates, election_low=10):
+    request = p4r.WriteRequest(device_id=DEVICE_ID)
+    request.election_id.low = election_low
+    request.updates.extend(updates)
+    return stub.Write(request)
+
+
+def error_details(exc: grpc.RpcError) -> list[p4r.Error]:
+    for key, value in exc.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = rpc_status.Status.FromString(value)
+            errors = []
+            for detail in status.details:
+                error = p4r.Error()
+                detail.Unpack(error)
+                errors.append(error)
+            return errors
+    return []
+
+
+def lpm_entry(schema, ip="10.0.3.1", plen=32, member_id=1):
+    return ent.table_entry(schema, "StarIngress.ipv4_lpm", {"hdr.ipv4.dst_addr": (ip, plen)}, member_id=member_id)
+
+
+def nhop_member(schema, member_id=1, port=1):
+    return ent.member(schema, "StarIngress.ecmp_selector", member_id,
+                      ent.action(schema, "StarIngress.set_nhop", port=port, smac="02:00:00:00:00:01",
+                                 dmac="02:00:00:00:00:02"))
+
+
+@pytest.fixture()
+def primary(switch, schema):
+    stub, open_stream, *_ = switch
+    stream, arb = open_stream(10)
+    assert arb.arbitration.status.code == 0
+    push_pipeline(stub, schema)
+    return stub, stream
+
+
+def test_capabilities(switch):
+    stub, *_ = switch
+    assert stub.Capabilities(p4r.CapabilitiesRequest()).p4runtime_api_version.startswith("1.")
+
+
+def test_primary_election_highest_id_wins(switch):
+    _, open_stream, *_ = switch
+    low, arb_low = open_stream(5)
+    assert arb_low.arbitration.status.code == 0
+    high, arb_high = open_stream(9)
+    assert arb_high.arbitration.status.code == 0
+    demoted = low.next("arbitration")
+    assert demoted.arbitration.status.code == grpc.StatusCode.ALREADY_EXISTS.value[0]
+    assert demoted.arbitration.election_id.low == 9
+
+
+def test_unknown_table_id_is_not_found(primary, schema):
+    stub, _ = primary
+    entry = lpm_entry(schema)
+    entry.table_id = 12345
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [ent.insert(entry)])
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "unknown table id 12345" in info.value.details()
+    assert error_details(info.value)[0].canonical_code == grpc.StatusCode.NOT_FOUND.value[0]
+
+
+def test_unknown_action_id_is_invalid_argument(primary, schema):
+    stub, _ = primary
+    member = nhop_member(schema)
+    member.action.action_id = 999
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [ent.insert(member)])
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "unknown action id 999" in info.value.details()
+
+
+def test_action_not_in_table_is_invalid_argument(primary, schema):
+    stub, _ = primary
+    entry = ent.table_entry(schema, "StarEgress.port_config", {"standard_metadata.egress_port": 1},
+                            action_call=ent.action(schema, "StarIngress.set_port_role", role=1))
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [ent.insert(entry)])
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not an action of this table" in info.value.details()
+
+
+def test_duplicate_insert_is_already_exists(primary, schema):
+    stub, _ = primary
+    write(stub, [ent.insert(nhop_member(schema)), ent.insert(lpm_entry(schema))])
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [ent.insert(lpm_entry(schema))])
+    assert info.value.code() == grpc.StatusCode.ALREADY_EXISTS
+
+
+def test_batch_reports_each_update(primary, schema):
+    stub, _ = primary
+    write(stub, [ent.insert(nhop_member(schema))])
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [ent.insert(lpm_entry(schema, "10.0.3.2")), ent.insert(nhop_member(schema))])
+    assert info.value.code() == grpc.StatusCode.UNKNOWN
+    codes = [e.canonical_code for e in error_details(info.value)]
+    assert codes == [0, grpc.StatusCode.ALREADY_EXISTS.value[0]]
+
+
+def test_bad_lpm_value_is_invalid_argument(primary, schema):
+    stub, _ = primary
+    write(stub, [ent.insert(nhop_member(schema))])
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [ent.insert(lpm_entry(schema, "10.0.3.1", 24))])
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "beyond prefix_len" in info.value.details()
+
+
+def test_missing_member_is_not_found(primary, schema):
+    stub, _ = primary
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [ent.insert(lpm_entry(schema, member_id=42))])
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_non_primary_write_is_permission_denied(switch, schema):
+    stub, open_stream, *_ = switch
+    open_stream(10)
+    push_pipeline(stub, schema)
+    backup, arb = open_stream(3)
+    assert arb.arbitration.status.code == grpc.StatusCode.ALREADY_EXISTS.value[0]
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [ent.insert(nhop_member(schema))], election_low=3)
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_write_without_pipeline_is_failed_precondition(switch, schema):
+    stub, open_stream, *_ = switch
+    open_stream(10)
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [ent.insert(nhop_member(schema))])
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_wrong_device_id_is_not_found(primary, schema):
+    stub, _ = primary
+    request = p4r.WriteRequest(device_id=DEVICE_ID + 1)
+    request.election_id.low = 10
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Write(request)
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_read_returns_what_was_written(primary, schema):
+    stub, _ = primary
+    write(stub, [ent.insert(nhop_member(schema)), ent.insert(lpm_entry(schema))])
+    query = p4r.ReadRequest(device_id=DEVICE_ID)
+    query.entities.add().table_entry.table_id = schema.id_of("StarIngress.ipv4_lpm")
+    found = [e for r in stub.Read(query) for e in r.entities]
+    assert len(found) == 1
+    assert found[0].table_entry == lpm_entry(schema)
+
+
+def test_counters_read_by_index(primary, schema, switch):
+    stub, _ = primary
+    pipeline = switch[2]
+    pipeline.tx_packets[3] = 11
+    pipeline.tx_bytes[3] = 1100
+    query = p4r.ReadRequest(device_id=DEVICE_ID)
+    ce = query.entities.add().counter_entry
+    ce.counter_id = schema.id_of("StarEgress.port_tx")
+    ce.index.index = 3
+    found = [e for r in stub.Read(query) for e in r.entities]
+    assert found[0].counter_entry.data.packet_count == 11
+    assert found[0].counter_entry.data.byte_count == 1100
+
+
+def test_packet_out_from_primary_reaches_port(primary, schema, switch):
+    _, stream = primary
+    sent = switch[3]
+    request = p4r.StreamMessageRequest()
+    request.packet.payload = b"\x01" * 60
+    request.packet.metadata.add(metadata_id=1, value=b"\x02")
+    stream.requests.put(request)
+    for _ in range(50):
+        if sent:
+            break
+        threading.Event().wait(0.05)
+    assert sent == [(2, b"\x01" * 60)]
+
+
+def test_packet_in_goes_to_primary(primary, switch):
+    _, stream = primary
+    service = switch[4]
+    service.send_packet_in(b"\xaa" * 64, 4, 1)
+    message = stream.next("packet")
+    meta = {m.metadata_id: m.value for m in message.packet.metadata}
+    assert message.packet.payload == b"\xaa" * 64
+    assert meta[1] == b"\x04" and meta[2] == b"\x01"

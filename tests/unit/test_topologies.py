@@ -1,0 +1,84 @@
+"""Topology specs, generators, validation messages and the addressing plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from topologies import TopologyError, dumbbell, fattree, leafspine, topology_by_name
+from topologies.addressing import AddressPlan
+from topologies.spec import topology_from_dict
+
+
+def test_default_leafspine_shape():
+    topo = leafspine()
+    assert [s.name for s in topo.switches if s.role == "spine"] == ["s1", "s2"]
+    assert len(topo.hosts) == 8 and len(topo.links) == 8 + 4
+    assert all(link.capacity_mbps == 20 for link in topo.links)
+
+
+def test_fattree_4_has_20_switches_16_hosts():
+    topo = fattree(4)
+    assert len(topo.switches) == 20 and len(topo.hosts) == 16 and len(topo.links) == 48
+
+
+def test_dumbbell():
+    topo = dumbbell(3)
+    assert len(topo.hosts) == 6 and topo.find_link("s1", "s2").capacity_mbps == 20
+
+
+def test_unknown_node_names_the_field():
+    data = leafspine().to_dict()
+    data["links"][3]["b"] = "s9"
+    with pytest.raises(TopologyError, match=r"links\[3\]\.b: unknown node 's9'"):
+        topology_from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("links", 0, "capacity_mbps"), -5, r"links\[0\]\.capacity_mbps: must be >= "),
+        (("links", 1, "queue_pkts"), 2.5, r"links\[1\]\.queue_pkts: expected an integer"),
+        (("switches", 0, "role"), "router", r"switches\[0\]\.role: unknown role"),
+        (("hosts", 0, "name"), "H 1", r"hosts\[0\]\.name: invalid name"),
+    ],
+)
+def test_bad_fields_are_named(path, value, message):
+    data = leafspine().to_dict()
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(TopologyError, match=message):
+        topology_from_dict(data)
+
+
+def test_unknown_field_is_named():
+    data = leafspine().to_dict()
+    data["links"][2]["bandwidth"] = 10
+    with pytest.raises(TopologyError, match=r"links\[2\]\.bandwidth: unknown field"):
+        topology_from_dict(data)
+
+
+def test_yaml_round_trip(tmp_path):
+    topo = fattree(4)
+    path = tmp_path / "t.yaml"
+    path.write_text(topo.to_yaml())
+    again = topology_by_name(str(path))
+    assert again.links == topo.links
+
+
+def test_addressing_is_unique_and_consistent():
+    topo = fattree(4)
+    plan = AddressPlan(topo)
+    ips = [h.ip for h in plan.hosts.values()]
+    macs = [h.mac for h in plan.hosts.values()]
+    assert len(set(ips)) == 16 and len(set(macs)) == 16
+    h1 = plan.hosts["h1"]
+    assert plan.host_by_ip(h1.ip) is h1
+    assert h1.gateway_mac == plan.switches[h1.switch].port_mac(h1.switch_port)
+
+
+def test_topology_by_name_arguments():
+    assert len(topology_by_name("leafspine:2,3,2").hosts) == 6
+    with pytest.raises(TopologyError, match="unknown topology"):
+        topology_by_name("ring")
