@@ -1,0 +1,57 @@
+"""Helpers for integration tests: leftovers checks, UDP flow sender, iperf3 runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed.rundir import process_start_time
+
+
+def links_named(prefixes: tuple[str, ...]) -> list[str]:
+    out = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    names = [line.split()[0].split("@")[0] for line in out.splitlines() if line.strip()]
+    return [n for n in names if n.startswith(prefixes)]
+
+
+def pid_alive(pid: int, start: str) -> bool:
+    return process_start_time(pid) == start
+
+
+UDP_SENDER = (
+    "import socket,sys\n"
+    "dst,sport,n=sys.argv[1],int(sys.argv[2]),int(sys.argv[3])\n"
+    "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+    "s.bind(('',sport))\n"
+    "for i in range(n): s.sendto(b'x'*100,(dst,9))\n"
+)
+
+
+def send_udp(host, dst_ip: str, sport: int, count: int) -> None:
+    host.cmd(f"{sys.executable} -c \"{UDP_SENDER}\" {dst_ip} {sport} {count}")
+
+
+def iperf3_tcp(client, server, seconds: int = 5) -> float:
+    """Receiver-side goodput in Mbit/s of one iperf3 TCP flow client → server."""
+    server.cmd("iperf3 -s -1 -D -p 5201 --logfile /dev/null")
+    time.sleep(0.5)
+    out = client.cmd(f"iperf3 -c {server.IP()} -p 5201 -t {seconds} -J")
+    result = json.loads(out[out.index("{"):])
+    return result["end"]["sum_received"]["bits_per_second"] / 1e6
+
+
+def wait_until(predicate, timeout_s: float = 5.0, interval_s: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return predicate()
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
