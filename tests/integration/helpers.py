@@ -22,17 +22,11 @@ def pid_alive(pid: int, start: str) -> bool:
     return process_start_time(pid) == start
 
 
-UDP_SENDER = (
-    "import socket,sys\n"
-    "dst,sport,n=sys.argv[1],int(sys.argv[2]),int(sys.argv[3])\n"
-    "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
-    "s.bind(('',sport))\n"
-    "for i in range(n): s.sendto(b'x'*100,(dst,9))\n"
-)
+UDP_SENDER = Path(__file__).with_name("udp_sender.py")
 
 
 def send_udp(host, dst_ip: str, sport: int, count: int) -> None:
-    host.cmd(f"{sys.executable} -c \"{UDP_SENDER}\" {dst_ip} {sport} {count}")
+    host.cmd(f"{sys.executable} {UDP_SENDER} {dst_ip} {sport} {count}")
 
 
 def iperf3_tcp(client, server, seconds: int = 5) -> float:
