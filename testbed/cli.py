@@ -32,7 +32,7 @@ class StarNetCLI(CLI):
 
     def preloop(self) -> None:
         self.stdout.write(banner(self.tb))
-        super().preloop() if hasattr(super(), "preloop") else None
+        super().preloop()
 
     def do_switches(self, line: str) -> None:
         """switches: each P4 switch with its device id, P4Runtime address and process state."""

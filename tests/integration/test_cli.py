@@ -1,0 +1,53 @@
+"""The user's door: `python -m testbed run` opens a Mininet CLI; `echo exit | make run` comes up and down."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from tests.integration.helpers import links_named
+
+pytestmark = [pytest.mark.mininet, pytest.mark.root]
+
+ROOT = Path(__file__).resolve().parents[2]
+LEAFSPINE_LINK_PREFIXES = ("s1-", "s2-", "s3-", "s4-")
+
+
+def test_cli_pingall_and_queues_through_a_tty():
+    child = pexpect.spawn(sys.executable, ["-m", "testbed", "run", "--topo", "leafspine", "--dataplane", "soft"],
+                          cwd=ROOT, encoding="utf-8", timeout=60)
+    try:
+        child.expect("StarNet testbed: leafspine")
+        child.expect("run directory: (\\S+)")
+        run_dir = Path(child.match.group(1))
+        child.expect_exact("mininet> ")
+        child.sendline("pingall")
+        child.expect(r"Results: (\d+)% dropped")
+        assert child.match.group(1) == "0"
+        child.expect_exact("mininet> ")
+        child.sendline("queues s3")
+        child.expect(r"port +5 s3-eth5")
+        child.expect_exact("mininet> ")
+        child.sendline("exit")
+        child.expect(pexpect.EOF, timeout=30)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert (run_dir / "controller.log").exists()
+    assert links_named(LEAFSPINE_LINK_PREFIXES) == []
+
+
+def test_make_run_without_tty_exits_zero_within_60s():
+    started = time.monotonic()
+    result = subprocess.run("echo exit | make run", shell=True, cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "StarNet testbed: leafspine" in result.stdout + result.stderr
+    assert elapsed < 60, f"make run took {elapsed:.1f} s"
+    assert links_named(LEAFSPINE_LINK_PREFIXES) == []
