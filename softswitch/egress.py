@@ -11,11 +11,14 @@ from collections.abc import Callable
 
 MAX_FRAME = 9018
 BUCKET_DEPTH_S = 0.001  # ~1 ms of tokens: holds 1-100 Mbit/s within ~1.5% (DESIGN.md)
+# While frames wait, the wire is busy without pause: a late wake-up (scheduler jitter) may send what
+# would have left meanwhile, up to this much link time, so jitter costs no throughput.
+BACKLOG_CATCHUP_S = 0.010
 
 
 class EgressQueue:
     __slots__ = (
-        "port", "send", "rate_Bps", "burst", "tokens", "last", "depth_pkts", "queue",
+        "port", "send", "rate_Bps", "burst", "catchup", "tokens", "last", "depth_pkts", "queue",
         "drops", "max_qdepth", "tx_pkts", "tx_bytes", "send_errors", "on_tx",
     )
 
@@ -39,15 +42,16 @@ class EgressQueue:
         self.rate_Bps = rate_mbps * 1e6 / 8 if rate_mbps > 0 else 0.0
         # At least one maximal frame plus ~1 ms, so any frame can eventually leave.
         self.burst = max(self.rate_Bps * BUCKET_DEPTH_S, 1514.0) + 1514.0 if self.rate_Bps else 0.0
+        self.catchup = max(self.burst, self.rate_Bps * BACKLOG_CATCHUP_S)
         self.tokens = self.burst
 
     @property
     def qdepth(self) -> int:
         return len(self.queue)
 
-    def _refill(self, now: float) -> None:
+    def _refill(self, now: float, cap: float) -> None:
         tokens = self.tokens + (now - self.last) * self.rate_Bps
-        self.tokens = tokens if tokens < self.burst else self.burst
+        self.tokens = tokens if tokens < cap else cap
         self.last = now
 
     def enqueue(self, frame: bytes | bytearray, now: float) -> int:
@@ -65,7 +69,7 @@ class EgressQueue:
         if not self.rate_Bps:
             self._transmit(frame)
             return 0
-        self._refill(now)
+        self._refill(now, self.burst)
         if self.tokens >= len(frame):
             if self._transmit(frame):
                 self.tokens -= len(frame)
@@ -100,7 +104,7 @@ class EgressQueue:
                     return 0.0005
                 queue.popleft()
             return None
-        self._refill(now)
+        self._refill(now, self.catchup)
         while queue:
             size = len(queue[0])
             if self.tokens < size:

@@ -75,8 +75,15 @@ class Pipeline:
         self.bind(self.state)
 
     def bind(self, state: RuntimeState) -> None:
-        """Resolve the program's objects by name in a (new) runtime state."""
+        """Follow a (new) runtime state: resolve its objects now and again whenever it changes."""
         self.state = state
+        if self._state_changed not in state.listeners:
+            state.listeners.append(self._state_changed)
+        self._state_changed()
+
+    def _state_changed(self) -> None:
+        """Resolve the program's objects by name (a clear() replaces them) and drop the flow cache."""
+        state = self.state
         self.ipv4_lpm = state.table_by_name(IPV4_LPM)
         self.port_role = state.table_by_name(PORT_ROLE)
         self.fault_inject = state.table_by_name(FAULT_INJECT)
@@ -87,7 +94,6 @@ class Pipeline:
         self.rx_packets, self.rx_bytes = rx.packets, rx.bytes
         self.tx_packets, self.tx_bytes = tx.packets, tx.bytes
         self.fault_drops = state.counter_by_name(FAULT_DROPS).packets
-        state.listeners.append(self.invalidate)
         self.invalidate()
 
     def invalidate(self) -> None:
@@ -105,17 +111,14 @@ class Pipeline:
         if in_port < len(self.rx_packets):
             self.rx_packets[in_port] += 1
             self.rx_bytes[in_port] += n
-        if n < 34:
-            if n < 14:
-                self.drops.malformed += 1
-            else:
-                self.drops.non_ipv4 += 1
+        if n < 14:
+            self.drops.malformed += 1
             return None
         if frame[12] != 0x08 or frame[13] != 0x00:
             self.drops.non_ipv4 += 1
             return None
-        vihl = frame[14]
-        if vihl >> 4 != 4 or (vihl & 0x0F) < 5 or n < 14 + (vihl & 0x0F) * 4:
+        vihl = frame[14] if n > 14 else 0
+        if n < 34 or vihl >> 4 != 4 or (vihl & 0x0F) < 5 or n < 14 + (vihl & 0x0F) * 4:
             self.drops.malformed += 1
             return None
         proto = frame[23]

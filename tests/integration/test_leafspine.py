@@ -68,6 +68,7 @@ def test_tcp_reaches_90_percent_of_bottleneck_and_queue_is_in_switch(fabric):
     assert wait_until(lambda: max_queue(fabric, "s3") > 0, 2.0)
     stats = fabric.switch_stats("s3")
     uplink_max = max(stats["ports"][str(p)]["max_qdepth_pkts"] for p in (5, 6))
+    print(f"iperf3 h1->h5: {mbps:.2f} Mbit/s, s3 uplink queue peak {uplink_max} packets")
     assert uplink_max >= 5, f"switch s3 uplink queues peaked at {uplink_max} packets"
     for port in (5, 6):
         qdisc = subprocess.run(["tc", "-s", "qdisc", "show", "dev", f"s3-eth{port}"], capture_output=True,

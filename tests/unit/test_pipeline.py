@@ -1,0 +1,141 @@
+"""The soft switch pipeline and egress queue, programmed by the controller's own updates (no root)."""
+
+from __future__ import annotations
+
+import pytest
+from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.l2 import ARP, Ether
+
+from controller.app import switch_program
+from controller.routing import compute_routes, port_configs
+from softswitch.egress import EgressQueue
+from softswitch.pipeline import Pipeline
+from softswitch.runtime_state import RuntimeState
+from topologies import leafspine
+from topologies.addressing import AddressPlan
+from wire.p4info import P4Schema
+
+
+@pytest.fixture(scope="module")
+def fabric():
+    topo = leafspine()
+    plan = AddressPlan(topo)
+    return topo, plan, compute_routes(topo, plan)
+
+
+def programmed(fabric, switch: str) -> Pipeline:
+    topo, plan, routes = fabric
+    schema = P4Schema.load()
+    state = RuntimeState(schema)
+    for update in switch_program(schema, topo, plan, switch, routes[switch]):
+        state.apply(update)
+    return Pipeline(state)
+
+
+def udp(src: str, dst: str, sport: int, ttl: int = 64, payload: bytes = b"x" * 20) -> bytes:
+    return bytes(Ether(src="00:00:0a:00:03:01", dst="02:53:00:03:00:01") /
+                 IP(src=src, dst=dst, ttl=ttl) / UDP(sport=sport, dport=9) / payload)
+
+
+def test_leaf_forwards_to_local_host_and_rewrites_macs_ttl_checksum(fabric):
+    _, plan, _ = fabric
+    pipeline = programmed(fabric, "s3")
+    h1, h2 = plan.hosts["h1"], plan.hosts["h2"]
+    port, out = pipeline.ingress(udp(h1.ip, h2.ip, 1234), in_port=1)
+    assert port == 2
+    frame = Ether(bytes(out))
+    assert (frame.dst, frame.src) == (h2.mac, plan.mac_of("s3", 2))
+    assert frame[IP].ttl == 63
+    recomputed = IP(bytes(frame[IP]))
+    del recomputed.chksum
+    assert frame[IP].chksum == IP(bytes(recomputed)).chksum
+    assert pipeline.rx_packets[1] == 1
+
+
+def test_remote_host_goes_up_one_of_two_uplinks_chosen_by_five_tuple(fabric):
+    _, plan, _ = fabric
+    pipeline = programmed(fabric, "s3")
+    h1, h5 = plan.hosts["h1"], plan.hosts["h5"]
+    ports = {pipeline.ingress(udp(h1.ip, h5.ip, sport), 1)[0] for sport in range(20000, 20032)}
+    assert ports == {5, 6}
+    again = {pipeline.ingress(udp(h1.ip, h5.ip, 20000), 1)[0] for _ in range(5)}
+    assert len(again) == 1, "one 5-tuple must always take the same path"
+
+
+def test_dead_uplink_is_skipped_by_the_selector(fabric):
+    _, plan, _ = fabric
+    pipeline = programmed(fabric, "s3")
+    pipeline.set_port_up(5, False)
+    h1, h5 = plan.hosts["h1"], plan.hosts["h5"]
+    ports = {pipeline.ingress(udp(h1.ip, h5.ip, sport), 1)[0] for sport in range(20000, 20032)}
+    assert ports == {6}
+    pipeline.set_port_up(6, False)
+    assert pipeline.ingress(udp(h1.ip, h5.ip, 20000), 1) is None
+    assert pipeline.drops.no_live_member == 1
+
+
+@pytest.mark.parametrize("frame, reason", [
+    (b"\x00" * 10, "malformed"),
+    (bytes(Ether() / ARP()), "non_ipv4"),
+    (bytes(Ether(type=0x0800)) + b"\x45\x00\x00\x14" + b"\x00" * 4, "malformed"),  # truncated IPv4 header
+    (bytes(Ether(type=0x0800)) + b"\x4f" + b"\x00" * 30, "malformed"),            # IHL 15 > frame
+    (bytes(Ether(type=0x0800)) + b"\x65" + b"\x00" * 30, "malformed"),            # version 6 in IPv4 type
+    (udp("10.0.3.1", "192.168.1.1", 1), "no_route"),
+    (udp("10.0.3.1", "10.0.3.2", 1, ttl=1), "ttl_expired"),
+])
+def test_bad_frames_are_counted_and_dropped(fabric, frame, reason):
+    pipeline = programmed(fabric, "s3")
+    assert pipeline.ingress(frame, 1) is None
+    assert pipeline.drops.as_dict()[reason] == 1
+    assert sum(pipeline.drops.as_dict().values()) == 1
+
+
+def test_icmp_without_l4_ports_is_forwarded(fabric):
+    _, plan, _ = fabric
+    pipeline = programmed(fabric, "s3")
+    frame = bytes(Ether() / IP(src=plan.hosts["h1"].ip, dst=plan.hosts["h5"].ip) / ICMP())
+    assert pipeline.ingress(frame, 1)[0] in (5, 6)
+
+
+def test_table_write_invalidates_flow_cache(fabric):
+    _, plan, _ = fabric
+    pipeline = programmed(fabric, "s3")
+    h1, h2 = plan.hosts["h1"], plan.hosts["h2"]
+    assert pipeline.ingress(udp(h1.ip, h2.ip, 1), 1) is not None
+    pipeline.state.clear()
+    assert pipeline.ingress(udp(h1.ip, h2.ip, 1), 1) is None
+    assert pipeline.drops.no_route == 1
+
+
+class Wire:
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def send(self, frame: bytes) -> int:
+        self.frames.append(bytes(frame))
+        return len(frame)
+
+
+def test_egress_queue_drains_at_rate_and_tail_drops_at_depth():
+    wire = Wire()
+    q = EgressQueue(5, wire.send, rate_mbps=8.0, depth_pkts=10, on_tx=lambda p, n: None, now=0.0)
+    frame = b"\x00" * 1000
+    results = [q.enqueue(frame, 0.0) for _ in range(20)]
+    sent_at_once = len(wire.frames)
+    assert sent_at_once == 3  # burst: max(1 ms at 1 MB/s, one 1514 B frame) + one 1514 B frame = 3028 B
+    assert results.count(-1) == 20 - sent_at_once - 10 and q.drops == 7
+    assert q.max_qdepth == 10
+    # 1 MB/s drains one 1000 B frame per millisecond; a wake-up 5 ms late still sends all five.
+    q.service(0.005)
+    assert len(wire.frames) == sent_at_once + 5
+    q.service(1.0)
+    assert len(wire.frames) == 13 and q.qdepth == 0
+    assert q.stats()["tx_pkts"] == 13
+
+
+def test_port_config_comes_from_link_capacity_and_depth(fabric):
+    topo, _, _ = fabric
+    configs = {pc.port: pc for pc in port_configs(topo, "s3")}
+    assert sorted(configs) == [1, 2, 3, 4, 5, 6]
+    assert configs[5].capacity_mbps == 20 and configs[5].queue_pkts == 64 and configs[5].ecn_threshold_pkts == 16
+    assert configs[1].role == 1 and configs[5].role == 2
