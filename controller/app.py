@@ -99,9 +99,9 @@ class Controller:
             self.sessions[name] = self._session(name)
         await asyncio.gather(*(self.sessions[n].connect() for n in names))
         counts = await asyncio.gather(*(self.program(self.sessions[n], routes[n]) for n in names))
-        for name, count in zip(names, counts):
+        for name, count in zip(names, counts, strict=True):
             log.info("%s programmed: %d updates", name, count)
-        (self.run_dir / "controller.ready").write_text(json.dumps(dict(zip(names, counts))))
+        (self.run_dir / "controller.ready").write_text(json.dumps(dict(zip(names, counts, strict=True))))
 
     async def _watch(self, name: str) -> None:
         """Drain PacketIns; reconnect and reprogram the switch if its session drops."""

@@ -28,6 +28,7 @@ log = logging.getLogger("softswitch.dataplane")
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h: do not read back our own transmissions
+PACKET_QDISC_BYPASS = 20  # linux/if_packet.h: hand frames straight to the driver (the queue is ours)
 RX_BATCH = 64
 LINK_POLL_S = 0.05
 STATS_PERIOD_S = 0.5
@@ -47,6 +48,7 @@ class PortSpec:
 def open_port_socket(iface: str) -> socket.socket:
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+    sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
     sock.bind((iface, 0))
@@ -81,9 +83,14 @@ class DataPlane:
         for spec in ports:
             sock = open_port_socket(spec.iface)
             self.sockets[spec.port] = sock
-            self.egress[spec.port] = EgressQueue(spec.port, sock.send, spec.rate_mbps, spec.depth_pkts,
-                                                 pipeline.count_tx, now)
+            self.egress[spec.port] = EgressQueue(spec.port, sock.send, spec.rate_mbps, spec.depth_pkts, now)
             pipeline.port_up[spec.port] = read_operstate(spec.iface)
+        # Port counters are kept here per batch and folded into the P4 counters port_rx/port_tx
+        # when those are read (P4Runtime Read) and with every stats write.
+        self.rx_pkts = dict.fromkeys(self.specs, 0)
+        self.rx_bytes = dict.fromkeys(self.specs, 0)
+        self._synced: dict[tuple[str, int], int] = {}
+        pipeline.add_counter_sync(self.sync_counters)
         self.started = time.time()
 
     # ---- called from other threads -----------------------------------------------------------
@@ -127,6 +134,7 @@ class DataPlane:
                     in_port, sock = by_fd[fd]
                     recv = sock.recv
                     ingress = pipeline.ingress
+                    count = nbytes = 0
                     for _ in range(RX_BATCH):
                         try:
                             frame = recv(MAX_FRAME)
@@ -135,6 +143,8 @@ class DataPlane:
                         except OSError as exc:
                             log.warning("port %d: receive failed: %s", in_port, exc)
                             break
+                        count += 1
+                        nbytes += len(frame)
                         result = ingress(frame, in_port)
                         if result is None:
                             continue
@@ -146,6 +156,8 @@ class DataPlane:
                         queue.enqueue(out, now)
                         if queue.queue:
                             busy.add(out_port)
+                    self.rx_pkts[in_port] += count
+                    self.rx_bytes[in_port] += nbytes
                 now = monotonic()
                 wait = None
                 for port in list(busy):
@@ -196,6 +208,23 @@ class DataPlane:
                 log.info("port %d (%s) is %s", port, spec.iface, "up" if up else "down")
             self.pipeline.set_port_up(port, up)
 
+    def sync_counters(self) -> None:
+        """Add what the ports counted since the last call to the P4 counters (under the state lock)."""
+        pipeline = self.pipeline
+        with pipeline.state.lock:
+            for port in self.specs:
+                queue = self.egress[port]
+                for key, value, target in (
+                    ("rxp", self.rx_pkts[port], pipeline.rx_packets),
+                    ("rxb", self.rx_bytes[port], pipeline.rx_bytes),
+                    ("txp", queue.tx_pkts, pipeline.tx_packets),
+                    ("txb", queue.tx_bytes, pipeline.tx_bytes),
+                ):
+                    last = self._synced.get((key, port), 0)
+                    if value != last and port < len(target):
+                        target[port] += value - last
+                    self._synced[(key, port)] = value
+
     # ---- visibility --------------------------------------------------------------------------
     def stats(self) -> dict:
         return {
@@ -212,6 +241,7 @@ class DataPlane:
 
     def write_stats(self) -> None:
         assert self.stats_file is not None
+        self.sync_counters()
         tmp = self.stats_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.stats(), indent=1))
         tmp.replace(self.stats_file)

@@ -19,11 +19,11 @@ BACKLOG_CATCHUP_S = 0.010
 class EgressQueue:
     __slots__ = (
         "port", "send", "rate_Bps", "burst", "catchup", "tokens", "last", "depth_pkts", "queue",
-        "drops", "max_qdepth", "tx_pkts", "tx_bytes", "send_errors", "on_tx",
+        "drops", "max_qdepth", "tx_pkts", "tx_bytes", "send_errors",
     )
 
     def __init__(self, port: int, send: Callable[[bytes], int], rate_mbps: float, depth_pkts: int,
-                 on_tx: Callable[[int, int], None], now: float) -> None:
+                 now: float) -> None:
         """rate_mbps: drain rate in Mbit/s (0 = unlimited); depth_pkts: queue limit in packets."""
         self.port = port
         self.send = send
@@ -34,7 +34,6 @@ class EgressQueue:
         self.tx_pkts = 0
         self.tx_bytes = 0
         self.send_errors = 0
-        self.on_tx = on_tx
         self.last = now
         self.set_rate(rate_mbps)
 
@@ -90,7 +89,6 @@ class EgressQueue:
             return True
         self.tx_pkts += 1
         self.tx_bytes += len(frame)
-        self.on_tx(self.port, len(frame))
         return True
 
     def service(self, now: float) -> float | None:

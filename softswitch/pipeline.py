@@ -49,18 +49,13 @@ class DropStats:
         return dict(self.__dict__)
 
 
-@dataclass(frozen=True)
-class Forward:
-    """Cached result of the ingress tables for one flow."""
+# Cached result of the ingress tables for one flow: (egress port, new dst+src MAC (12 bytes),
+# drop probability), or (DROPPED, reason, 0.0). Plain tuples: the hot path unpacks them.
+DROPPED = -1
+FlowResult = tuple[int, bytes | str, float]
 
-    port: int
-    macs: bytes  # new dst MAC + src MAC (12 bytes)
-    drop_prob: float = 0.0
-
-
-@dataclass(frozen=True)
-class Drop:
-    reason: str
+FLOW_CACHE_MAX = 1 << 16  # flows; a flood of new 5-tuples empties the cache instead of growing it
+_FAST_IPV4 = b"\x08\x00\x45"  # EtherType IPv4, version 4 with a 20-byte header
 
 
 @dataclass
@@ -71,7 +66,8 @@ class Pipeline:
     rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
-        self.flow_cache: dict[tuple, Forward | Drop] = {}
+        self.flow_cache: dict[tuple, FlowResult] = {}
+        self.counter_sync: list = []
         self.bind(self.state)
 
     def bind(self, state: RuntimeState) -> None:
@@ -79,7 +75,15 @@ class Pipeline:
         self.state = state
         if self._state_changed not in state.listeners:
             state.listeners.append(self._state_changed)
+        for sync in self.counter_sync:
+            if sync not in state.counter_sync:
+                state.counter_sync.append(sync)
         self._state_changed()
+
+    def add_counter_sync(self, sync) -> None:
+        """Register the data plane's counter flush with this and every later runtime state."""
+        self.counter_sync.append(sync)
+        self.state.counter_sync.append(sync)
 
     def _state_changed(self) -> None:
         """Resolve the program's objects by name (a clear() replaces them) and drop the flow cache."""
@@ -105,36 +109,26 @@ class Pipeline:
             self.invalidate()
 
     # ---- per packet ---------------------------------------------------------------------------
+    # Port counters (port_rx, port_tx) are kept per batch by the data plane, not per packet here.
     def ingress(self, frame: bytes, in_port: int) -> tuple[int, bytearray] | None:
         """Run one frame through ingress; return (egress port, rewritten frame) or None (dropped)."""
-        n = len(frame)
-        if in_port < len(self.rx_packets):
-            self.rx_packets[in_port] += 1
-            self.rx_bytes[in_port] += n
-        if n < 14:
-            self.drops.malformed += 1
-            return None
-        if frame[12] != 0x08 or frame[13] != 0x00:
-            self.drops.non_ipv4 += 1
-            return None
-        vihl = frame[14] if n > 14 else 0
-        if n < 34 or vihl >> 4 != 4 or (vihl & 0x0F) < 5 or n < 14 + (vihl & 0x0F) * 4:
-            self.drops.malformed += 1
-            return None
-        proto = frame[23]
-        l4 = 14 + (vihl & 0x0F) * 4
-        if (proto == 6 or proto == 17) and n >= l4 + 4:
-            key = (in_port, proto, frame[26:34], frame[l4:l4 + 4])
+        if frame[12:15] == _FAST_IPV4 and len(frame) >= 38:
+            proto = frame[23]
+            key = (in_port, proto, frame[26:38] if proto == 6 or proto == 17 else frame[26:34])
         else:
-            key = (in_port, proto, frame[26:34], b"")
+            key = self._unusual_key(frame, in_port)
+            if key is None:
+                return None
         result = self.flow_cache.get(key)
         if result is None:
-            result = self.walk_tables(in_port, proto, frame[26:34], key[3])
-            self.flow_cache[key] = result
-        if result.__class__ is Drop:
-            self._count_drop(result.reason, in_port)
+            if len(self.flow_cache) >= FLOW_CACHE_MAX:
+                self.flow_cache = {}
+            result = self.flow_cache[key] = self.walk_tables(in_port, key[1], key[2][:8], key[2][8:])
+        port, macs, drop_prob = result
+        if port == DROPPED:
+            self._count_drop(macs, in_port)  # type: ignore[arg-type]
             return None
-        if result.drop_prob and self.rng.random() < result.drop_prob:
+        if drop_prob and self.rng.random() < drop_prob:
             self._count_drop("fault", in_port)
             return None
         ttl = frame[22]
@@ -142,34 +136,49 @@ class Pipeline:
             self.drops.ttl_expired += 1
             return None
         out = bytearray(frame)
-        out[0:12] = result.macs
+        out[0:12] = macs  # type: ignore[assignment]
         out[22] = ttl - 1
         # RFC 1624 incremental update for TTL-1, as Linux ip_decrease_ttl does it.
         check = ((out[24] << 8) | out[25]) + 0x0100
         check = (check + (check >> 16)) & 0xFFFF
         out[24] = check >> 8
         out[25] = check & 0xFF
-        return result.port, out
+        return port, out
+
+    def _unusual_key(self, frame: bytes, in_port: int) -> tuple[int, int, bytes] | None:
+        """Flow key of a frame off the fast path (IPv4 options, short frames); None if dropped."""
+        n = len(frame)
+        if n < 14:
+            self.drops.malformed += 1
+            return None
+        if frame[12] != 0x08 or frame[13] != 0x00:
+            self.drops.non_ipv4 += 1
+            return None
+        vihl = frame[14] if n > 14 else 0
+        ihl = (vihl & 0x0F) * 4
+        if n < 34 or vihl >> 4 != 4 or ihl < 20 or n < 14 + ihl:
+            self.drops.malformed += 1
+            return None
+        proto = frame[23]
+        l4 = 14 + ihl
+        if (proto == 6 or proto == 17) and n >= l4 + 4:
+            return in_port, proto, frame[26:34] + frame[l4:l4 + 4]
+        return in_port, proto, frame[26:34]
 
     def _count_drop(self, reason: str, in_port: int) -> None:
         setattr(self.drops, reason, getattr(self.drops, reason) + 1)
         if reason == "fault" and in_port < len(self.fault_drops):
             self.fault_drops[in_port] += 1
 
-    def count_tx(self, port: int, nbytes: int) -> None:
-        if port < len(self.tx_packets):
-            self.tx_packets[port] += 1
-            self.tx_bytes[port] += nbytes
-
     # ---- the table walk (cache miss) ---------------------------------------------------------
-    def walk_tables(self, in_port: int, proto: int, addrs: bytes, l4_ports: bytes) -> Forward | Drop:
+    def walk_tables(self, in_port: int, proto: int, addrs: bytes, l4_ports: bytes) -> FlowResult:
         src, dst = _IPV4_ADDRS.unpack(addrs)
         sport, dport = _L4_PORTS.unpack(l4_ports) if l4_ports else (0, 0)
         drop_prob = 0.0
         fault = self.fault_inject.lookup((in_port, src, dst))
         if fault is not None and fault.action is not None:
             if fault.action.name.endswith(".fault_drop"):
-                return Drop("fault")
+                return DROPPED, "fault", 0.0
             if fault.action.name.endswith(".fault_drop_prob"):
                 drop_prob = fault.action.args[0] / 65536.0
         entry = self.ipv4_lpm.lookup((dst,))
@@ -180,11 +189,11 @@ class Pipeline:
         else:
             action = self._select(entry.member_id, entry.group_id, (src, dst, proto, sport, dport))
             if action is None:
-                return Drop("no_live_member")
+                return DROPPED, "no_live_member", 0.0
         if not action.name.endswith(".set_nhop"):
-            return Drop("no_route")
+            return DROPPED, "no_route", 0.0
         port, smac, dmac = action.args
-        return Forward(port, mac_bytes(dmac) + mac_bytes(smac), drop_prob)
+        return port, mac_bytes(dmac) + mac_bytes(smac), drop_prob
 
     def _select(self, member_id: int | None, group_id: int | None,
                 five_tuple: tuple[int, int, int, int, int]) -> ActionCall | None:

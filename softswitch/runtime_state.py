@@ -74,7 +74,7 @@ class TableState:
         if self.all_exact:
             return self.exact_index.get(values)
         for entry in self.ordered:
-            for (value, mask), field_value in zip(entry.fields, values):
+            for (value, mask), field_value in zip(entry.fields, values, strict=True):
                 if field_value & mask != value:
                     break
             else:
@@ -103,6 +103,9 @@ class RuntimeState:
         self.lock = threading.RLock()
         self.generation = 0
         self.listeners: list[Callable[[], None]] = []
+        # Called (under the lock) before counters are read or written, so the data plane can
+        # fold in what it counted since the last call.
+        self.counter_sync: list[Callable[[], None]] = []
         self.tables: dict[int, TableState] = {}
         for t in schema.tables.values():
             default = self._initial_default(t)
@@ -388,6 +391,7 @@ class RuntimeState:
             raise not_found(f"unknown counter id {entry.counter_id}")
         if kind != p4r.Update.MODIFY:
             raise invalid("counter entries can only be modified")
+        self.sync_counters()
         indices = [entry.index.index] if entry.HasField("index") else range(counter.size)
         for i in indices:
             if not 0 <= i < counter.size:
@@ -473,7 +477,13 @@ class RuntimeState:
                 out.action_profile_group.CopyFrom(proto)
                 yield out
 
+    def sync_counters(self) -> None:
+        with self.lock:
+            for sync in self.counter_sync:
+                sync()
+
     def _read_counters(self, query: p4r.CounterEntry) -> Iterator[p4r.Entity]:
+        self.sync_counters()
         if query.counter_id:
             if query.counter_id not in self.counters:
                 raise not_found(f"unknown counter id {query.counter_id}")
@@ -499,8 +509,8 @@ class RuntimeState:
     def clear(self) -> None:
         """Forget all runtime state (a new pipeline was committed)."""
         with self.lock:
-            listeners = self.listeners
+            listeners, counter_sync = self.listeners, self.counter_sync
             self.__init__(self.schema)  # type: ignore[misc]
-            self.listeners = listeners
+            self.listeners, self.counter_sync = listeners, counter_sync
         for listener in self.listeners:
             listener()

@@ -2,7 +2,8 @@
 
 Every process the testbed starts is recorded as ``pids/<label>.pid`` holding its PID and its
 kernel start time, so cleanup ends exactly those processes (a reused PID is left alone); every
-interface it creates is listed in ``interfaces.txt``. Nothing is ever found by name pattern.
+interface it creates is listed in ``interfaces.txt`` and every named network namespace in
+``netns.txt``. Nothing is ever found by name pattern.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ def record_interfaces(run_dir: Path, names: list[str]) -> None:
             f.write(name + "\n")
 
 
+def record_netns(run_dir: Path, names: list[str]) -> None:
+    with (run_dir / "netns.txt").open("a") as f:
+        for name in names:
+            f.write(name + "\n")
+
+
 def _alive_as_recorded(pid: int, start: str) -> bool:
     return process_start_time(pid) == start
 
@@ -74,7 +81,7 @@ def end_process(pid: int, start: str, grace_s: float = 2.0) -> bool:
 
 
 def clean_run(run_dir: Path) -> list[str]:
-    """End recorded processes and delete recorded interfaces of one run; return what was done."""
+    """End recorded processes, delete recorded interfaces and namespaces of one run; say what was done."""
     done = []
     for pid_file in sorted((run_dir / "pids").glob("*.pid")):
         try:
@@ -86,13 +93,19 @@ def clean_run(run_dir: Path) -> list[str]:
         if end_process(pid, start):
             done.append(f"ended {pid_file.stem} (pid {pid})")
         pid_file.unlink()
-    listing = run_dir / "interfaces.txt"
-    if listing.exists():
-        for name in listing.read_text().split():
-            if Path(f"/sys/class/net/{name}").exists():
-                subprocess.run(["ip", "link", "del", name], capture_output=True)
-                done.append(f"deleted interface {name}")
-        listing.unlink()
+    # Interfaces first: deleting a veth end in the root namespace removes its peer in a namespace.
+    for listing, exists, delete, what in (
+        ("interfaces.txt", "/sys/class/net/{}", ["ip", "link", "del"], "interface"),
+        ("netns.txt", "/run/netns/{}", ["ip", "netns", "del"], "network namespace"),
+    ):
+        path = run_dir / listing
+        if not path.exists():
+            continue
+        for name in path.read_text().split():
+            if Path(exists.format(name)).exists():
+                subprocess.run([*delete, name], capture_output=True)
+                done.append(f"deleted {what} {name}")
+        path.unlink()
     return done
 
 

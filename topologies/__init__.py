@@ -1,7 +1,7 @@
 """Topology specs (YAML), generators and the addressing plan."""
 
-from topologies.spec import Host, Link, Switch, Topology, TopologyError, load_topology
 from topologies.generators import dumbbell, fattree, leafspine, topology_by_name
+from topologies.spec import Host, Link, Switch, Topology, TopologyError, load_topology
 
 __all__ = [
     "Host",

@@ -49,7 +49,6 @@ def test_leaf_forwards_to_local_host_and_rewrites_macs_ttl_checksum(fabric):
     recomputed = IP(bytes(frame[IP]))
     del recomputed.chksum
     assert frame[IP].chksum == IP(bytes(recomputed)).chksum
-    assert pipeline.rx_packets[1] == 1
 
 
 def test_remote_host_goes_up_one_of_two_uplinks_chosen_by_five_tuple(fabric):
@@ -118,7 +117,7 @@ class Wire:
 
 def test_egress_queue_drains_at_rate_and_tail_drops_at_depth():
     wire = Wire()
-    q = EgressQueue(5, wire.send, rate_mbps=8.0, depth_pkts=10, on_tx=lambda p, n: None, now=0.0)
+    q = EgressQueue(5, wire.send, rate_mbps=8.0, depth_pkts=10, now=0.0)
     frame = b"\x00" * 1000
     results = [q.enqueue(frame, 0.0) for _ in range(20)]
     sent_at_once = len(wire.frames)

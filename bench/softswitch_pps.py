@@ -1,0 +1,227 @@
+"""Forwarding rate of one soft switch process next to a Linux bridge, in the same namespaces.
+
+    sudo .venv/bin/python bench/softswitch_pps.py [--seconds 4] [--sizes 60,1514]
+
+Two named network namespaces (sender, receiver) each hold one end of a veth pair; the other ends
+are the switch's ports 1 and 2 in the root namespace. The soft switch runs its full pipeline
+(port_role, fault_inject, ipv4_lpm through ecmp_selector, TTL/MAC rewrite and checksum, tx
+counters, egress queue without a rate limit), programmed over P4Runtime. A Python AF_PACKET
+sender in the sender namespace offers as many frames as it can over 64 flows; the rate is the
+receiver interface's rx counter over the middle of the run (frames are addressed to a MAC the
+receiver does not own, so it drops them right after counting). Then the same two veths are put in a
+Linux bridge and measured the same way. Everything created is recorded in a run directory and
+removed at the end (also by `make clean` if this is killed).
+
+Sizes are Ethernet frames without FCS: 60 is the 64 B minimum frame, 1514 a 1500 B IP packet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from controller import entities as ent  # noqa: E402
+from controller.p4rt_client import SwitchSession  # noqa: E402
+from testbed.ports import free_ports, port_answers  # noqa: E402
+from testbed.rundir import (  # noqa: E402
+    clean_run,
+    forget_pid,
+    new_run_dir,
+    record_interfaces,
+    record_netns,
+    record_pid,
+)
+from wire.p4info import P4Schema  # noqa: E402
+
+SENDER_IP, RECEIVER_IP = "10.99.0.1", "10.99.0.2"
+SENDER_MAC, RECEIVER_MAC = "02:00:00:99:00:01", "02:00:00:99:00:02"
+SWITCH_MAC = "02:53:00:99:00:01"
+# Frames leave for a MAC nobody owns: the receiver counts them and drops them at once (not for
+# this host), so its own stack costs no CPU that the forwarder under test would need.
+SINK_MAC = "02:00:00:99:00:fe"
+WARMUP_S = 1.0
+console = Console()
+
+
+def sh(*args: str, ns: str | None = None) -> str:
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+class Bench:
+    def __init__(self, run_dir: Path, seconds: float) -> None:
+        tag = os.getpid() % 100000
+        self.run_dir = run_dir
+        self.seconds = seconds
+        self.ns_send, self.ns_recv = f"snb{tag}snd", f"snb{tag}rcv"
+        self.port1, self.port2, self.bridge = f"snb{tag}p1", f"snb{tag}p2", f"snb{tag}br"
+
+    # ---- namespaces and links ---------------------------------------------------------------
+    def build(self) -> None:
+        record_netns(self.run_dir, [self.ns_send, self.ns_recv])
+        record_interfaces(self.run_dir, [self.port1, self.port2, self.bridge])
+        for ns, port, mac, ip in ((self.ns_send, self.port1, SENDER_MAC, SENDER_IP),
+                                  (self.ns_recv, self.port2, RECEIVER_MAC, RECEIVER_IP)):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            sh("ip", "link", "set", "eth0", "address", mac, "up", ns=ns)
+            sh("ip", "addr", "add", f"{ip}/24", "dev", "eth0", ns=ns)
+            sh("ip", "link", "set", "lo", "up", ns=ns)
+            sh("ethtool", "-K", "eth0", "tx", "off", "rx", "off", "gso", "off", "tso", "off", ns=ns)
+            sh("ethtool", "-K", port, "tx", "off", "rx", "off", "gso", "off", "tso", "off", "gro", "off")
+            sh("sysctl", "-qw", f"net.ipv6.conf.{port}.disable_ipv6=1")
+            sh("ip", "link", "set", port, "up")
+
+    def destroy(self) -> None:
+        for line in clean_run(self.run_dir):
+            console.log(line)
+
+    # ---- measurement ------------------------------------------------------------------------
+    def rx_packets(self) -> int:
+        return int(sh("cat", "/sys/class/net/eth0/statistics/rx_packets", ns=self.ns_recv))
+
+    def measure(self, size: int, dst_mac: str) -> dict:
+        sender = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns_send, sys.executable, str(ROOT / "bench" / "udp_blast.py"), "eth0",
+             "--src-mac", SENDER_MAC, "--dst-mac", dst_mac, "--src-ip", SENDER_IP, "--dst-ip", RECEIVER_IP,
+             "--size", str(size), "--seconds", str(self.seconds + 2 * WARMUP_S)],
+            stdout=subprocess.PIPE, text=True)
+        record_pid(self.run_dir, "sender", sender.pid)
+        try:
+            time.sleep(WARMUP_S)
+            rx0, t0 = self.rx_packets(), time.monotonic()
+            time.sleep(self.seconds)
+            rx1, t1 = self.rx_packets(), time.monotonic()
+            out, _ = sender.communicate(timeout=self.seconds + 30)
+        finally:
+            if sender.poll() is None:
+                sender.kill()
+                sender.wait()
+            forget_pid(self.run_dir, "sender")
+        sent = json.loads(out.strip().splitlines()[-1])
+        return {"kpps": (rx1 - rx0) / (t1 - t0) / 1e3, "offered_kpps": sent["sent"] / sent["seconds"] / 1e3}
+
+    # ---- the soft switch --------------------------------------------------------------------
+    def start_switch(self) -> tuple[subprocess.Popen, str]:
+        (grpc_port,) = free_ports(1)
+        address = f"127.0.0.1:{grpc_port}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "softswitch", "-i", f"1@{self.port1}", "-i", f"2@{self.port2}",
+             "--device-id", "1", "--grpc-server-addr", address, "--cpu-port", "255",
+             "--log-file", str(self.run_dir / "softswitch.log"),
+             "--stats-file", str(self.run_dir / "softswitch-stats.json")],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        record_pid(self.run_dir, "softswitch", proc.pid)
+        deadline = time.monotonic() + 15
+        while not port_answers(grpc_port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"soft switch did not come up: {proc.stderr.read() if proc.stderr else ''}")
+            time.sleep(0.1)
+        asyncio.run(program(address))
+        return proc, address
+
+    def stop_switch(self, proc: subprocess.Popen) -> None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        forget_pid(self.run_dir, "softswitch")
+
+    # ---- the Linux bridge -------------------------------------------------------------------
+    def start_bridge(self) -> None:
+        sh("ip", "link", "add", self.bridge, "type", "bridge")
+        for port in (self.port1, self.port2):
+            sh("ip", "link", "set", port, "master", self.bridge)
+        sh("ip", "link", "set", self.bridge, "up")
+        # The sink MAC is unknown to the bridge, so it floods: to the one other port, as forwarding would.
+
+    def stop_bridge(self) -> None:
+        sh("ip", "link", "del", self.bridge)
+
+
+async def program(address: str) -> None:
+    schema = P4Schema.load()
+    session = SwitchSession("bench", address, 1, schema)
+    await session.connect()
+    await session.set_pipeline()
+    nhop = ent.action(schema, "StarIngress.set_nhop", port=2, smac=SWITCH_MAC, dmac=SINK_MAC)
+    updates = [ent.insert(ent.member(schema, "StarIngress.ecmp_selector", 1, nhop)),
+               ent.insert(ent.group(schema, "StarIngress.ecmp_selector", 1, [(1, 2)])),
+               ent.insert(ent.table_entry(schema, "StarIngress.ipv4_lpm",
+                                          {"hdr.ipv4.dst_addr": (RECEIVER_IP, 32)}, group_id=1))]
+    for port, role in ((1, 1), (2, 1)):
+        updates.append(ent.insert(ent.table_entry(
+            schema, "StarIngress.port_role", {"standard_metadata.ingress_port": port},
+            action_call=ent.action(schema, "StarIngress.set_port_role", role=role))))
+        updates.append(ent.insert(ent.table_entry(
+            schema, "StarEgress.port_config", {"standard_metadata.egress_port": port},
+            action_call=ent.action(schema, "StarEgress.set_port_config", capacity_mbps=100000,
+                                   ecn_threshold_pkts=16))))
+    await session.write(updates)
+    await session.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per point")
+    parser.add_argument("--sizes", default="60,1514", help="frame sizes without FCS, comma-separated")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("softswitch_pps: needs root (network namespaces); run as root or with sudo", file=sys.stderr)
+        return 2
+    sizes = [int(s) for s in args.sizes.split(",")]
+    run_dir = new_run_dir("bench-pps")
+    bench = Bench(run_dir, args.seconds)
+    results: list[dict] = []
+    try:
+        bench.build()
+        console.log(f"run directory {run_dir}")
+        proc, address = bench.start_switch()
+        try:
+            for size in sizes:
+                console.log(f"soft switch, {size + 4} B frames, {args.seconds:.0f} s ...")
+                results.append({"size": size, "soft": bench.measure(size, SWITCH_MAC)})
+        finally:
+            bench.stop_switch(proc)
+        bench.start_bridge()
+        try:
+            for result in results:
+                console.log(f"Linux bridge, {result['size'] + 4} B frames, {args.seconds:.0f} s ...")
+                result["bridge"] = bench.measure(result["size"], SINK_MAC)
+        finally:
+            bench.stop_bridge()
+    finally:
+        bench.destroy()
+    table = Table(title="soft switch vs Linux bridge (one process, full pipeline, no rate limit)")
+    for column in ("frame", "offered kpps", "soft switch kpps", "soft Mbit/s", "bridge kpps", "soft / bridge"):
+        table.add_column(column, justify="right")
+    for r in results:
+        soft, bridge = r["soft"], r["bridge"]
+        table.add_row(f"{r['size'] + 4} B", f"{soft['offered_kpps']:.0f}", f"{soft['kpps']:.1f}",
+                      f"{soft['kpps'] * 1e3 * (r['size'] + 4) * 8 / 1e6:.0f}", f"{bridge['kpps']:.1f}",
+                      f"{soft['kpps'] / bridge['kpps']:.2f}" if bridge["kpps"] else "n/a")
+    console.print(table)
+    (run_dir / "results.json").write_text(json.dumps(results, indent=2))
+    console.log(f"results in {run_dir / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
