@@ -7,6 +7,7 @@ APT_PACKAGES := mininet iproute2 iperf iperf3 iputils-ping ethtool python3-venv
 TOPO ?= leafspine
 DATAPLANE ?= auto
 SW ?= s1
+ELECTION ?= 0,1
 
 .PHONY: deps apt venv run test test-unit test-integration clean p4 shell bench lint
 
@@ -65,8 +66,11 @@ $(VENV)-shell/.installed: tools/requirements-shell.txt
 	$(VENV)-shell/bin/pip install -q -r tools/requirements-shell.txt
 	@touch $@
 
+# Read-only by default: election id 0,1 is below the controller's, so the shell is a backup client
+# and shows the switch's pipeline (fetched from the switch) without disturbing the controller.
+# ELECTION=0,100 makes it primary and lets it write, taking over from the controller.
 shell: deps $(VENV)-shell/.installed
 	@addr=$$($(PY) -m testbed address $(SW)) || exit 1; \
-	echo "p4runtime-shell on $(SW) at $$addr"; \
+	echo "p4runtime-shell on $(SW) at $$addr (election id $(ELECTION))"; \
 	$(VENV)-shell/bin/python -m p4runtime_sh --grpc-addr $$addr --device-id $$($(PY) -m testbed device-id $(SW)) \
-	  --election-id 0,2 --config p4src/starnet.p4info.txtpb,p4src/starnet.p4info.txtpb
+	  --election-id $(ELECTION)

@@ -82,3 +82,13 @@ def test_topology_by_name_arguments():
     assert len(topology_by_name("leafspine:2,3,2").hosts) == 6
     with pytest.raises(TopologyError, match="unknown topology"):
         topology_by_name("ring")
+
+
+def test_shipped_example_topology_loads():
+    from pathlib import Path
+
+    topo = topology_by_name(str(Path(__file__).parents[2] / "topologies/examples/mixed-capacity.yaml"))
+    assert topo.name == "mixed-capacity"
+    assert (len(topo.switches), len(topo.hosts), len(topo.links)) == (4, 4, 8)
+    fast = [link for link in topo.links if {link.a, link.b} == {"s3", "s1"}][0]
+    assert fast.capacity_mbps == 40 and fast.queue_pkts == 64
