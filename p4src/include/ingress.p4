@@ -1,0 +1,207 @@
+/* StarNet ingress: port roles, packet-out, L3 + ECMP, INT source/sink decisions, fault injection. */
+#ifndef STARNET_INGRESS_P4
+#define STARNET_INGRESS_P4
+
+control StarIngress(inout headers_t hdr, inout metadata_t meta,
+                    inout standard_metadata_t standard_metadata) {
+
+    counter(512, CounterType.packets_and_bytes) port_rx;
+    counter(512, CounterType.packets_and_bytes) fault_drops;
+    counter(512, CounterType.packets_and_bytes) malformed;
+    // Last routine INT report per flow slot (µs, switch clock).
+    register<bit<48>>(REPORT_FLOW_SLOTS) report_last_us;
+
+    @max_group_size(16)
+    action_selector(HashAlgorithm.crc32, 32w1024, 32w16) ecmp_selector;
+
+    action drop() {
+        mark_to_drop(standard_metadata);
+    }
+
+    action set_port_role(bit<8> role) {
+        meta.port_role = role;
+    }
+
+    table port_role {
+        key = {
+            standard_metadata.ingress_port: exact;
+        }
+        actions = {
+            set_port_role;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 512;
+    }
+
+    action set_nhop(bit<9> port, mac_addr_t smac, mac_addr_t dmac) {
+        standard_metadata.egress_spec = port;
+        hdr.ethernet.src_addr = smac;
+        hdr.ethernet.dst_addr = dmac;
+        hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+    }
+
+    table ipv4_lpm {
+        key = {
+            hdr.ipv4.dst_addr: lpm;
+            hdr.ipv4.src_addr: selector;
+            hdr.ipv4.protocol: selector;
+            meta.l4_src_port: selector;
+            meta.l4_dst_port: selector;
+        }
+        actions = {
+            set_nhop;
+            drop;
+        }
+        implementation = ecmp_selector;
+        default_action = drop();
+        size = 4096;
+    }
+
+    action int_watch(bit<8> sample_log2) {
+        meta.int_watched = 1;
+        meta.int_sample_log2 = sample_log2;
+    }
+
+    table int_source {
+        key = {
+            hdr.ipv4.src_addr: ternary;
+            hdr.ipv4.dst_addr: ternary;
+            hdr.ipv4.protocol: ternary;
+            meta.l4_src_port: ternary;
+            meta.l4_dst_port: ternary;
+        }
+        actions = {
+            int_watch;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 256;
+    }
+
+    action set_int_sink() {
+        meta.int_sink = 1;
+    }
+
+    // Egress ports where packets leave the fabric (host-facing): INT ends there.
+    table int_sink {
+        key = {
+            standard_metadata.egress_spec: exact;
+        }
+        actions = {
+            set_int_sink;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 512;
+    }
+
+    action fault_drop() {
+        meta.fault = FAULT_DROP;
+    }
+
+    // Drops with probability prob_u16 / 65536.
+    action fault_drop_prob(bit<16> prob_u16) {
+        meta.fault = FAULT_DROP_PROB;
+        meta.fault_prob_u16 = prob_u16;
+    }
+
+    table fault_inject {
+        key = {
+            standard_metadata.ingress_port: ternary;
+            hdr.ipv4.src_addr: ternary;
+            hdr.ipv4.dst_addr: ternary;
+        }
+        actions = {
+            fault_drop;
+            fault_drop_prob;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 256;
+    }
+
+    action punt(bit<8> reason) {
+        standard_metadata.egress_spec = CPU_PORT;
+        meta.cpu_reason = reason;
+    }
+
+    action report_int() {
+        clone_preserving_field_list(CloneType.I2E, REPORT_SESSION, 1);
+    }
+
+    apply {
+        port_rx.count((bit<32>)standard_metadata.ingress_port);
+        meta.orig_ingress_port = (bit<16>)standard_metadata.ingress_port;
+        if (standard_metadata.parser_error != error.NoError) {
+            malformed.count((bit<32>)standard_metadata.ingress_port);
+            drop();
+            exit;
+        }
+        if (hdr.packet_out.isValid()) {
+            // From the controller: straight to the named port, no tables.
+            standard_metadata.egress_spec = (bit<9>)hdr.packet_out.egress_port;
+            hdr.packet_out.setInvalid();
+            exit;
+        }
+        port_role.apply();
+        if (hdr.ethernet.ether_type == ETHERTYPE_PROBE) {
+            punt(REASON_PROBE);
+            exit;
+        }
+        if (!hdr.ipv4.isValid()) {
+            drop();
+            exit;
+        }
+        if (hdr.ipv4.ttl <= 1) {
+            drop();
+            exit;
+        }
+        fault_inject.apply();
+        if (meta.fault != FAULT_NONE) {
+            bit<16> draw;
+            random(draw, 16w0, 16w0xFFFF);
+            if (meta.fault == FAULT_DROP || draw < meta.fault_prob_u16) {
+                fault_drops.count((bit<32>)standard_metadata.ingress_port);
+                drop();
+                exit;
+            }
+        }
+        ipv4_lpm.apply();
+        if (meta.port_role == ROLE_HOST && !hdr.int_shim.isValid()
+                && (hdr.tcp.isValid() || hdr.udp.isValid())) {
+            int_source.apply();
+            if (meta.int_watched == 1) {
+                // One packet in 2^sample_log2 of a watched flow starts INT here.
+                bit<16> draw;
+                random(draw, 16w0, 16w0xFFFF);
+                if ((draw & ((16w1 << meta.int_sample_log2) - 1)) == 0) {
+                    meta.int_source = 1;
+                }
+            }
+        }
+        if (hdr.int_shim.isValid() || meta.int_source == 1) {
+            int_sink.apply();
+        }
+        meta.orig_egress_port = (bit<16>)standard_metadata.egress_spec;
+        if (meta.int_sink == 1 && hdr.int_shim.isValid()) {
+            // Report the stack that arrived, at once when a hop flagged congestion, else at
+            // most once per REPORT_INTERVAL_US per flow slot.
+            hash(meta.flow_slot, HashAlgorithm.crc32, 32w0,
+                 { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src_port,
+                   meta.l4_dst_port },
+                 REPORT_FLOW_SLOTS);
+            bit<48> last;
+            report_last_us.read(last, meta.flow_slot);
+            bit<48> now = standard_metadata.ingress_global_timestamp;
+            if ((hdr.int_md.ds_flags & INT_DS_FLAG_CONGESTED) != 0 || last == 0
+                    || now - last >= REPORT_INTERVAL_US) {
+                report_last_us.write(meta.flow_slot, now);
+                meta.cpu_reason = REASON_INT_REPORT;
+                report_int();
+            }
+        }
+    }
+}
+
+#endif
