@@ -2,10 +2,11 @@
 
     python -m controller --run-dir runs/<id>
 
-Reads ``topology.yaml`` and ``switches.json`` (name → gRPC address, device id) from the run
-directory, pushes the pipeline, installs port_role, port_config, ECMP members/groups (watch
-ports on every member) and ipv4_lpm routes, then writes ``controller.ready``. A switch whose
-session drops is reconnected and reprogrammed.
+Reads ``topology.yaml`` and ``switches.json`` (name → gRPC address, device id, and for BMv2 the
+p4c output: BMv2 JSON and its P4Info) from the run directory, pushes the pipeline, installs
+port_role, port_config, int_sink (host-facing ports), int_node, the INT report clone session,
+ECMP members/groups (watch ports on every member) and ipv4_lpm routes, then writes
+``controller.ready``. A switch whose session drops is reconnected and reprogrammed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from controller import entities as ent
 from controller.p4rt_client import SwitchError, SwitchSession
-from controller.routing import compute_routes, port_configs
+from controller.routing import ROLE_HOST, compute_routes, port_configs
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology, load_topology
 from wire.p4info import DEFAULT_P4INFO, P4Schema
@@ -29,13 +30,24 @@ from wire.proto import p4r
 log = logging.getLogger("controller")
 
 SELECTOR = "StarIngress.ecmp_selector"
+REPORT_SESSION = 500  # p4src/include/headers.p4: clone session of INT reports
+REPORT_TRUNCATE_BYTES = 512  # a report needs the headers and the INT stack, not the payload
+CPU_PORT = 255
 
 
 def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: str,
                    routes) -> list[p4r.Update]:
     """All updates that program `switch` from scratch, in dependency order."""
-    updates: list[p4r.Update] = []
+    updates: list[p4r.Update] = [
+        ent.modify(ent.default_entry(schema, "StarEgress.int_node",
+                                     ent.action(schema, "StarEgress.set_node_id", id=plan.switches[switch].device_id))),
+        ent.insert(ent.clone_session(REPORT_SESSION, CPU_PORT, REPORT_TRUNCATE_BYTES)),
+    ]
     for pc in port_configs(topo, switch):
+        if pc.role == ROLE_HOST:
+            updates.append(ent.insert(ent.table_entry(
+                schema, "StarIngress.int_sink", {"standard_metadata.egress_spec": pc.port},
+                action_call=ent.action(schema, "StarIngress.set_int_sink"))))
         updates.append(ent.insert(ent.table_entry(
             schema, "StarIngress.port_role", {"standard_metadata.ingress_port": pc.port},
             action_call=ent.action(schema, "StarIngress.set_port_role", role=pc.role))))
@@ -77,18 +89,29 @@ class Controller:
         self.plan = AddressPlan(self.topo)
         info = json.loads((run_dir / "switches.json").read_text())
         self.switch_info = info["switches"]
+        self.schemas: dict[str, P4Schema] = {}
         self.sessions: dict[str, SwitchSession] = {}
         self.stopping = asyncio.Event()
         self.packet_ins = 0
 
+    def _schema(self, name: str) -> P4Schema:
+        """The P4Info this switch runs: p4c's output for BMv2, else the committed one."""
+        path = self.switch_info[name].get("p4info")
+        if not path:
+            return self.schema
+        if path not in self.schemas:
+            self.schemas[path] = P4Schema.load(path)
+        return self.schemas[path]
+
     def _session(self, name: str) -> SwitchSession:
         sw = self.switch_info[name]
-        return SwitchSession(name, sw["grpc"], sw["device_id"], self.schema,
+        return SwitchSession(name, sw["grpc"], sw["device_id"], self._schema(name),
                              request_log=self.run_dir / "p4runtime-requests.log")
 
     async def program(self, session: SwitchSession, routes) -> int:
-        await session.set_pipeline()
-        updates = switch_program(self.schema, self.topo, self.plan, session.name, routes)
+        device_config = self.switch_info[session.name].get("device_config")
+        await session.set_pipeline(Path(device_config).read_bytes() if device_config else b"")
+        updates = switch_program(session.schema, self.topo, self.plan, session.name, routes)
         await session.write(updates)
         return len(updates)
 

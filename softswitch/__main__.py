@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         device.schema, device.state = schema, pipeline.state
         device.config.p4info.CopyFrom(schema.p4info)
     service = P4RuntimeService(device)
-    dataplane.packet_in = service.send_packet_in
+    pipeline.packet_in = service.send_packet_in
     try:
         server, _ = serve(service, args.grpc_server_addr)
     except (OSError, ValueError, RuntimeError) as exc:

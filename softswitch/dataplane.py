@@ -71,7 +71,6 @@ class DataPlane:
         self.specs = {p.port: p for p in ports}
         self.cpu_port = cpu_port
         self.stats_file = stats_file
-        self.packet_in: Callable[[bytes, int, int], None] | None = None
         self.pending_out: deque[tuple[int, bytes]] = deque()
         self.stop_event = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
@@ -121,12 +120,17 @@ class DataPlane:
         egress = self.egress
         busy: set[int] = set()
         next_link_poll = next_stats = 0.0
+        config_seen = -1
         timeout = -1.0
         monotonic = time.monotonic
         try:
             while not self.stop_event.is_set():
                 events = poller.poll(timeout)
                 now = monotonic()
+                if pipeline.config_generation != config_seen:
+                    config_seen = pipeline.config_generation
+                    for port, queue in egress.items():
+                        queue.ecn_threshold = pipeline.ecn_thresholds.get(port, 0)
                 for fd, _ in events:
                     if fd == self._wake_r:
                         self._drain_wake(now, busy)
@@ -196,8 +200,8 @@ class DataPlane:
                 busy.add(port)
 
     def _to_cpu_or_drop(self, out_port: int, frame: bytes | bytearray, in_port: int) -> None:
-        if out_port == self.cpu_port and self.packet_in is not None:
-            self.packet_in(bytes(frame), in_port, 0)
+        if out_port == self.cpu_port:
+            self.pipeline.to_cpu(frame, in_port, 0)
         else:
             self.pipeline.drops.no_route += 1
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+from softswitch.pipeline import mark_ce
+
 MAX_FRAME = 9018
 BUCKET_DEPTH_S = 0.001  # ~1 ms of tokens: holds 1-100 Mbit/s within ~1.5% (DESIGN.md)
 # While frames wait, the wire is busy without pause: a late wake-up (scheduler jitter) may send what
@@ -19,7 +21,7 @@ BACKLOG_CATCHUP_S = 0.010
 class EgressQueue:
     __slots__ = (
         "port", "send", "rate_Bps", "burst", "catchup", "tokens", "last", "depth_pkts", "queue",
-        "drops", "max_qdepth", "tx_pkts", "tx_bytes", "send_errors",
+        "drops", "max_qdepth", "tx_pkts", "tx_bytes", "send_errors", "ecn_threshold", "ce_marked",
     )
 
     def __init__(self, port: int, send: Callable[[bytes], int], rate_mbps: float, depth_pkts: int,
@@ -34,6 +36,8 @@ class EgressQueue:
         self.tx_pkts = 0
         self.tx_bytes = 0
         self.send_errors = 0
+        self.ecn_threshold = 0  # packets; 0 = no marking (port_config sets it)
+        self.ce_marked = 0
         self.last = now
         self.set_rate(rate_mbps)
 
@@ -61,6 +65,12 @@ class EgressQueue:
             if depth >= self.depth_pkts:
                 self.drops += 1
                 return -1
+            if self.ecn_threshold and depth >= self.ecn_threshold:
+                # starnet.p4 egress: CE when enq_qdepth >= the port's threshold.
+                if frame.__class__ is not bytearray:
+                    frame = bytearray(frame)
+                if mark_ce(frame):  # type: ignore[arg-type]
+                    self.ce_marked += 1
             queue.append(frame)
             if depth + 1 > self.max_qdepth:
                 self.max_qdepth = depth + 1
@@ -123,4 +133,6 @@ class EgressQueue:
             "send_errors": self.send_errors,
             "rate_mbps": self.rate_Bps * 8 / 1e6,
             "depth_pkts": self.depth_pkts,
+            "ecn_threshold_pkts": self.ecn_threshold,
+            "ce_marked": self.ce_marked,
         }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import struct
+from collections.abc import Callable
 import zlib
 from dataclasses import dataclass, field
 
@@ -23,6 +24,10 @@ PORT_CONFIG = "StarEgress.port_config"
 PORT_RX = "StarIngress.port_rx"
 PORT_TX = "StarEgress.port_tx"
 FAULT_DROPS = "StarIngress.fault_drops"
+MALFORMED = "StarIngress.malformed"
+
+ETHERTYPE_PROBE = b"\x88\xb5"  # p4src/include/headers.p4: controller link probes
+REASON_PROBE = 2
 
 ROLE_HOST = 1
 ROLE_FABRIC = 2
@@ -68,6 +73,10 @@ class Pipeline:
     def __post_init__(self) -> None:
         self.flow_cache: dict[tuple, FlowResult] = {}
         self.counter_sync: list = []
+        # Where punted frames go (frame, ingress port, reason): the P4Runtime PacketIn stream.
+        self.packet_in: Callable[[bytes, int, int], None] | None = None
+        self.ecn_thresholds: dict[int, int] = {}  # egress port → threshold (packets), from port_config
+        self.config_generation = 0
         self.bind(self.state)
 
     def bind(self, state: RuntimeState) -> None:
@@ -97,7 +106,16 @@ class Pipeline:
         tx = state.counter_by_name(PORT_TX)
         self.rx_packets, self.rx_bytes = rx.packets, rx.bytes
         self.tx_packets, self.tx_bytes = tx.packets, tx.bytes
-        self.fault_drops = state.counter_by_name(FAULT_DROPS).packets
+        fault_drops = state.counter_by_name(FAULT_DROPS)
+        self.fault_drops, self.fault_drop_bytes = fault_drops.packets, fault_drops.bytes
+        malformed = state.counter_by_name(MALFORMED)
+        self.malformed, self.malformed_bytes = malformed.packets, malformed.bytes
+        self.ecn_thresholds = {
+            values[0]: entry.action.args[1]
+            for values, entry in self.port_config.exact_index.items()
+            if entry.action is not None and entry.action.name.endswith(".set_port_config")
+        }
+        self.config_generation += 1
         self.invalidate()
 
     def invalidate(self) -> None:
@@ -126,10 +144,10 @@ class Pipeline:
             result = self.flow_cache[key] = self.walk_tables(in_port, key[1], key[2][:8], key[2][8:])
         port, macs, drop_prob = result
         if port == DROPPED:
-            self._count_drop(macs, in_port)  # type: ignore[arg-type]
+            self._count_drop(macs, in_port, len(frame))  # type: ignore[arg-type]
             return None
         if drop_prob and self.rng.random() < drop_prob:
-            self._count_drop("fault", in_port)
+            self._count_drop("fault", in_port, len(frame))
             return None
         ttl = frame[22]
         if ttl <= 1:
@@ -149,7 +167,10 @@ class Pipeline:
         """Flow key of a frame off the fast path (IPv4 options, short frames); None if dropped."""
         n = len(frame)
         if n < 14:
-            self.drops.malformed += 1
+            self._count_drop("malformed", in_port, n)
+            return None
+        if frame[12:14] == ETHERTYPE_PROBE:
+            self.to_cpu(frame, in_port, REASON_PROBE)
             return None
         if frame[12] != 0x08 or frame[13] != 0x00:
             self.drops.non_ipv4 += 1
@@ -157,7 +178,7 @@ class Pipeline:
         vihl = frame[14] if n > 14 else 0
         ihl = (vihl & 0x0F) * 4
         if n < 34 or vihl >> 4 != 4 or ihl < 20 or n < 14 + ihl:
-            self.drops.malformed += 1
+            self._count_drop("malformed", in_port, n)
             return None
         proto = frame[23]
         l4 = 14 + ihl
@@ -165,10 +186,20 @@ class Pipeline:
             return in_port, proto, frame[26:34] + frame[l4:l4 + 4]
         return in_port, proto, frame[26:34]
 
-    def _count_drop(self, reason: str, in_port: int) -> None:
+    def _count_drop(self, reason: str, in_port: int, nbytes: int) -> None:
         setattr(self.drops, reason, getattr(self.drops, reason) + 1)
         if reason == "fault" and in_port < len(self.fault_drops):
             self.fault_drops[in_port] += 1
+            self.fault_drop_bytes[in_port] += nbytes
+        elif reason == "malformed" and in_port < len(self.malformed):
+            self.malformed[in_port] += 1
+            self.malformed_bytes[in_port] += nbytes
+
+    def to_cpu(self, frame: bytes, in_port: int, reason: int) -> None:
+        if self.packet_in is None:
+            self.drops.no_route += 1
+        else:
+            self.packet_in(bytes(frame), in_port, reason)
 
     # ---- the table walk (cache miss) ---------------------------------------------------------
     def walk_tables(self, in_port: int, proto: int, addrs: bytes, l4_ports: bytes) -> FlowResult:
@@ -219,3 +250,22 @@ class Pipeline:
 def ecmp_hash(five_tuple: tuple[int, int, int, int, int]) -> int:
     """Selector hash over (src, dst, proto, sport, dport), CRC-32 of their network-order bytes."""
     return zlib.crc32(_FIVE_TUPLE.pack(*five_tuple))
+
+
+def mark_ce(frame: bytearray) -> bool:
+    """Set ECN to CE on an ECT(0)/ECT(1) IPv4 frame, updating the header checksum (RFC 1624)."""
+    if len(frame) < 34 or frame[12:14] != b"\x08\x00":
+        return False
+    tos = frame[15]
+    if tos & 3 in (0, 3):
+        return tos & 3 == 3
+    old_word = (frame[14] << 8) | tos
+    new_word = old_word | 3
+    check = (~((frame[24] << 8) | frame[25]) & 0xFFFF) + (~old_word & 0xFFFF) + new_word
+    check = (check & 0xFFFF) + (check >> 16)
+    check = (check & 0xFFFF) + (check >> 16)
+    check = ~check & 0xFFFF
+    frame[15] = tos | 3
+    frame[24] = check >> 8
+    frame[25] = check & 0xFF
+    return True

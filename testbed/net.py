@@ -18,7 +18,8 @@ from mininet.link import Link
 from mininet.log import info
 from mininet.net import Mininet
 
-from testbed.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_available, log_tail
+from testbed.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_missing, log_tail
+from testbed.switchproc import compile_p4
 from testbed.ports import free_ports
 from testbed.rundir import clean_run, forget_pid, new_run_dir, record_interfaces, record_pid
 from topologies.addressing import AddressPlan
@@ -32,12 +33,15 @@ class TestbedError(RuntimeError):
 
 
 def resolve_dataplane(dataplane: str) -> str:
+    """auto → bmv2 when simple_switch_grpc and p4c-bm2-ss are on PATH, else soft."""
     if dataplane == "auto":
-        return "bmv2" if bmv2_available() else "soft"
-    if dataplane == "bmv2" and not bmv2_available():
-        raise TestbedError("--dataplane bmv2: simple_switch_grpc and p4c-bm2-ss are not on PATH")
+        return "soft" if bmv2_missing() else "bmv2"
     if dataplane not in ("soft", "bmv2"):
         raise TestbedError(f"--dataplane: unknown data plane {dataplane!r} (auto, soft or bmv2)")
+    missing = bmv2_missing() if dataplane == "bmv2" else []
+    if missing:
+        raise TestbedError(f"--dataplane bmv2: {' and '.join(missing)} not found on PATH "
+                           "(install p4lang's BMv2 and p4c packages, or use --dataplane soft)")
     return dataplane
 
 
@@ -45,8 +49,10 @@ class Testbed:
     __test__ = False  # not a pytest class
 
     def __init__(self, topo: Topology, dataplane: str = "auto", run_dir: Path | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, bmv2_options: dict | None = None) -> None:
+        """bmv2_options: log_level (None = logging off), pcap_dir (opt-in pcaps) for BMv2 switches."""
         self.topo = topo
+        self.bmv2_options = bmv2_options or {}
         self.plan = AddressPlan(topo)
         self.dataplane = resolve_dataplane(dataplane)
         self.run_dir = run_dir or new_run_dir(name or topo.name)
@@ -65,6 +71,9 @@ class Testbed:
 
     def _start(self) -> None:
         (self.run_dir / "topology.yaml").write_text(self.topo.to_yaml())
+        if self.dataplane == "bmv2":
+            info("*** Compiling p4src/starnet.p4 for BMv2\n")
+            compile_p4()
         net = Mininet(topo=None, controller=None, host=StarHost, link=Link, build=False,
                       autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
@@ -77,7 +86,7 @@ class Testbed:
             params = dict(device_id=self.plan.switches[sw.name].device_id, grpc_port=ports[i],
                           run_dir=self.run_dir, shapes=shapes)
             if switch_cls is BMv2Switch:
-                params["thrift_port"] = ports[n + i]
+                params["process_args"] = {"thrift_port": ports[n + i], **self.bmv2_options}
             self.switches[sw.name] = net.addSwitch(sw.name, cls=switch_cls, **params)
         for host in self.topo.hosts:
             address = self.plan.hosts[host.name]
@@ -112,9 +121,7 @@ class Testbed:
             sw.wait_ready()
         (self.run_dir / "switches.json").write_text(json.dumps({
             "dataplane": self.dataplane,
-            "switches": {name: {"grpc": sw.grpc_address, "device_id": sw.device_id,
-                                **({"thrift_port": sw.thrift_port} if isinstance(sw, BMv2Switch) else {})}
-                         for name, sw in self.switches.items()},
+            "switches": {name: sw.process.describe() for name, sw in self.switches.items()},
         }, indent=1))
         info("*** Starting the controller\n")
         self._start_controller()

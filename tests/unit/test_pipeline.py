@@ -9,7 +9,7 @@ from scapy.layers.l2 import ARP, Ether
 from controller.app import switch_program
 from controller.routing import compute_routes, port_configs
 from softswitch.egress import EgressQueue
-from softswitch.pipeline import Pipeline
+from softswitch.pipeline import Pipeline, mark_ce
 from softswitch.runtime_state import RuntimeState
 from topologies import leafspine
 from topologies.addressing import AddressPlan
@@ -138,3 +138,49 @@ def test_port_config_comes_from_link_capacity_and_depth(fabric):
     assert sorted(configs) == [1, 2, 3, 4, 5, 6]
     assert configs[5].capacity_mbps == 20 and configs[5].queue_pkts == 64 and configs[5].ecn_threshold_pkts == 16
     assert configs[1].role == 1 and configs[5].role == 2
+
+
+def test_probe_frames_are_punted_with_their_ingress_port(fabric):
+    pipeline = programmed(fabric, "s1")
+    punted = []
+    pipeline.packet_in = lambda frame, port, reason: punted.append((port, reason, frame))
+    probe = bytes(Ether(src="02:53:00:01:00:02", dst="ff:ff:ff:ff:ff:ff", type=0x88B5) / (b"\x00" * 46))
+    assert pipeline.ingress(probe, 2) is None
+    assert punted == [(2, 2, probe)]
+
+
+def test_malformed_frames_count_in_the_p4_counter(fabric):
+    pipeline = programmed(fabric, "s3")
+    pipeline.ingress(bytes(Ether(type=0x0800)) + b"\x4f" + b"\x00" * 30, 3)
+    assert (pipeline.malformed[3], pipeline.malformed_bytes[3]) == (1, 45)
+
+
+@pytest.mark.parametrize("ecn, marked", [(0, False), (1, True), (2, True), (3, True)])
+def test_mark_ce_sets_ce_on_ect_only_and_keeps_the_checksum_valid(ecn, marked):
+    frame = bytearray(udp("10.0.3.1", "10.0.4.1", 5))
+    frame[15] = (frame[15] & ~3) | ecn
+    original = IP(bytes(frame[14:]))
+    del original.chksum
+    frame[24:26] = IP(bytes(original)).chksum.to_bytes(2, "big")
+    assert mark_ce(frame) is marked
+    ip = IP(bytes(frame[14:]))
+    assert ip.tos & 3 == (3 if marked else 0)
+    check = ip.chksum
+    del ip.chksum
+    assert IP(bytes(ip)).chksum == check
+
+
+def test_egress_queue_marks_ce_at_the_threshold():
+    wire = Wire()
+    q = EgressQueue(5, wire.send, rate_mbps=8.0, depth_pkts=64, now=0.0)
+    q.ecn_threshold = 4
+    frame = bytearray(udp("10.0.3.1", "10.0.4.1", 5, payload=b"x" * 958))  # 1000 B: 3 fit the burst
+    frame[15] |= 2  # ECT(0)
+    for _ in range(20):
+        q.enqueue(bytearray(frame), 0.0)
+    q.service(1.0)
+    ecn = [Ether(f)[IP].tos & 3 for f in wire.frames]
+    queued_from = ecn.index(3)
+    assert queued_from == 3 + 4  # three sent at once, then the queue fills to the threshold
+    assert all(e == 2 for e in ecn[:queued_from]) and all(e == 3 for e in ecn[queued_from:])
+    assert q.ce_marked == 20 - queued_from

@@ -1,0 +1,224 @@
+"""Switch processes, with or without Mininet: the soft switch and BMv2's simple_switch_grpc.
+
+Both take the same per-run parameters — device id, P4Runtime port on 127.0.0.1, run directory,
+ports as (number, interface) and per-port egress (rate Mbit/s, depth packets) — and differ only in
+the process they start and in how queue rate and depth are set: the soft switch's command line,
+or BMv2's Thrift CLI once it answers. Readiness is checked, never slept for: the process must be
+alive and answer P4Runtime Capabilities; otherwise the error carries the tail of its log.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+from testbed.ports import port_answers
+from testbed.rundir import PROJECT_ROOT, forget_pid, record_pid
+from wire.proto import p4r, p4r_grpc
+
+CPU_PORT = 255
+READY_TIMEOUT_S = 30.0
+BMV2_TOOLS = ("simple_switch_grpc", "p4c-bm2-ss")
+BUILD_DIR = PROJECT_ROOT / "build"
+BMV2_JSON = BUILD_DIR / "starnet.json"
+BMV2_P4INFO = BUILD_DIR / "starnet.p4info.txtpb"
+P4_SOURCES = PROJECT_ROOT / "p4src"
+
+
+class SwitchStartError(RuntimeError):
+    pass
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def bmv2_missing() -> list[str]:
+    """The BMv2 tools that are not on PATH."""
+    return [tool for tool in BMV2_TOOLS if shutil.which(tool) is None]
+
+
+def compile_p4() -> tuple[Path, Path]:
+    """BMv2 JSON and P4Info of p4src/starnet.p4, compiled with p4c-bm2-ss when older than the sources."""
+    sources = list(P4_SOURCES.rglob("*.p4"))
+    newest = max(p.stat().st_mtime for p in sources)
+    if BMV2_JSON.exists() and BMV2_P4INFO.exists() and BMV2_JSON.stat().st_mtime >= newest:
+        return BMV2_JSON, BMV2_P4INFO
+    if shutil.which("p4c-bm2-ss") is None:
+        raise SwitchStartError("p4c-bm2-ss not found: cannot compile p4src/starnet.p4 for BMv2")
+    BUILD_DIR.mkdir(exist_ok=True)
+    result = subprocess.run(
+        ["p4c-bm2-ss", "--std", "p4-16", "--arch", "v1model", "-o", str(BMV2_JSON),
+         "--p4runtime-files", str(BMV2_P4INFO), str(P4_SOURCES / "starnet.p4")],
+        capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SwitchStartError(f"p4c-bm2-ss failed:\n{result.stderr[-3000:]}")
+    return BMV2_JSON, BMV2_P4INFO
+
+
+class SwitchProcess:
+    """One switch process serving P4Runtime on 127.0.0.1:grpc_port.
+
+    ports: [(P4 port, interface)]; shapes: {port: (rate_mbps, depth_pkts)} for the egress queues
+    (rate 0 = line rate); label: name in the run directory's pid records and logs.
+    """
+
+    kind = "p4"
+
+    def __init__(self, name: str, device_id: int, grpc_port: int, run_dir: Path,
+                 ports: list[tuple[int, str]], shapes: dict[int, tuple[float, int]]) -> None:
+        self.name = name
+        self.device_id = device_id
+        self.grpc_port = grpc_port
+        self.run_dir = Path(run_dir)
+        self.ports = sorted(ports)
+        self.shapes = shapes
+        self.proc: subprocess.Popen | None = None
+        (self.run_dir / "switches").mkdir(parents=True, exist_ok=True)
+        self.log_path = self.run_dir / "switches" / f"{name}.log"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def launch(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        record_pid(self.run_dir, f"switch-{self.name}", self.proc.pid)
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Process alive and P4Runtime answering Capabilities, else SwitchStartError with its log."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SwitchStartError(f"switch {self.name} did not start (exit {self.proc.returncode}):\n"
+                                       f"{log_tail(self.log_path)}")
+            if port_answers(self.grpc_port) and self._capabilities():
+                self.after_ready()
+                return
+            time.sleep(0.1)
+        raise SwitchStartError(f"switch {self.name} did not answer P4Runtime on {self.grpc_address} "
+                               f"within {timeout_s:.0f} s:\n{log_tail(self.log_path)}")
+
+    def _capabilities(self) -> bool:
+        with grpc.insecure_channel(self.grpc_address) as channel:
+            try:
+                p4r_grpc.P4RuntimeStub(channel).Capabilities(p4r.CapabilitiesRequest(), timeout=1.0)
+                return True
+            except grpc.RpcError:
+                return False
+
+    def after_ready(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self.running:
+            assert self.proc is not None
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc is not None:
+            forget_pid(self.run_dir, f"switch-{self.name}")
+
+    def describe(self) -> dict:
+        """What the controller needs to program this switch (written to switches.json)."""
+        return {"grpc": self.grpc_address, "device_id": self.device_id, "kind": self.kind}
+
+
+class SoftSwitchProcess(SwitchProcess):
+    kind = "soft"
+
+    @property
+    def stats_path(self) -> Path:
+        return self.run_dir / "switches" / f"{self.name}.stats.json"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "softswitch", "--device-id", str(self.device_id),
+               "--grpc-server-addr", self.grpc_address, "--cpu-port", str(CPU_PORT),
+               "--stats-file", str(self.stats_path)]
+        for port, intf in self.ports:
+            cmd += ["-i", f"{port}@{intf}"]
+            rate, depth = self.shapes.get(port, (0.0, 64))
+            cmd += ["--egress-rate", f"{port}={rate}", "--egress-depth", f"{port}={depth}"]
+        return cmd
+
+
+class Bmv2SwitchProcess(SwitchProcess):
+    """simple_switch_grpc; queue rate (packets/s) and depth (packets) set over Thrift once ready.
+
+    thrift_port: per-run Thrift port; log_level: None keeps BMv2 logging off (it costs a lot of
+    speed), else e.g. "info"/"debug"; pcap_dir: write per-port pcaps there (opt-in);
+    mean_pkt_bytes: the packet size used to turn a link rate into BMv2's packets/s.
+    """
+
+    kind = "bmv2"
+
+    def __init__(self, *args, thrift_port: int, log_level: str | None = None, pcap_dir: Path | None = None,
+                 mean_pkt_bytes: int = 1500, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.thrift_port = thrift_port
+        self.log_level = log_level
+        self.pcap_dir = pcap_dir
+        self.mean_pkt_bytes = mean_pkt_bytes
+
+    def command(self) -> list[str]:
+        missing = bmv2_missing()
+        if missing:
+            raise SwitchStartError(f"switch {self.name}: {', '.join(missing)} not found on PATH")
+        cmd = ["simple_switch_grpc", "--device-id", str(self.device_id), "--thrift-port", str(self.thrift_port),
+               "--no-p4"]
+        for port, intf in self.ports:
+            cmd += ["-i", f"{port}@{intf}"]
+        if self.log_level:
+            cmd += ["--log-file", str(self.run_dir / "switches" / f"{self.name}.bmv2"), "--log-level",
+                    self.log_level, "--log-flush"]
+        if self.pcap_dir:
+            cmd += ["--pcap", str(self.pcap_dir)]
+        cmd += ["--", "--grpc-server-addr", self.grpc_address, "--cpu-port", str(CPU_PORT)]
+        return cmd
+
+    def queue_commands(self) -> list[str]:
+        """Thrift CLI lines: BMv2 queues count packets and drain in packets/s, so the link rate is
+        converted at mean_pkt_bytes."""
+        lines = []
+        for port, _ in self.ports:
+            rate, depth = self.shapes.get(port, (0.0, 64))
+            if rate:
+                lines.append(f"set_queue_rate {max(1, int(rate * 1e6 / 8 / self.mean_pkt_bytes))} {port}")
+            lines.append(f"set_queue_depth {depth} {port}")
+        return lines
+
+    def after_ready(self) -> None:
+        cli = shutil.which("simple_switch_CLI")
+        if cli is None:
+            raise SwitchStartError(f"switch {self.name}: simple_switch_CLI not found to set queue rates")
+        result = subprocess.run([cli, "--thrift-port", str(self.thrift_port)],
+                                input="\n".join(self.queue_commands()) + "\n",
+                                capture_output=True, text=True, timeout=30)
+        if result.returncode != 0:
+            raise SwitchStartError(f"switch {self.name}: Thrift queue set-up failed: {result.stderr[-500:]}")
+
+    def describe(self) -> dict:
+        json_path, p4info_path = compile_p4()
+        return {**super().describe(), "thrift_port": self.thrift_port, "device_config": str(json_path),
+                "p4info": str(p4info_path)}
