@@ -58,8 +58,13 @@ clean:
 p4:
 	@if command -v p4c-bm2-ss >/dev/null; then \
 	  mkdir -p build && p4c-bm2-ss --std p4-16 --arch v1model -o build/starnet.json \
-	    --p4runtime-files build/starnet.p4info.txtpb p4src/starnet.p4 && echo "wrote build/starnet.json, build/starnet.p4info.txtpb"; \
-	else echo "p4c-bm2-ss not found: cannot compile p4src/starnet.p4 here (the soft data plane uses p4src/starnet.p4info.txtpb)"; fi
+	    --p4runtime-files build/starnet.p4info.txtpb p4src/starnet.p4 && \
+	  echo "wrote build/starnet.json, build/starnet.p4info.txtpb"; \
+	else \
+	  echo "make p4: p4c-bm2-ss not found on PATH, cannot compile p4src/starnet.p4 (install p4lang's p4c;" \
+	       "the soft data plane needs no compiler: it reads p4src/starnet.p4info.txtpb)" >&2; \
+	  exit 1; \
+	fi
 
 $(VENV)-shell/.installed: tools/requirements-shell.txt
 	@test -x $(VENV)-shell/bin/python || $(PYTHON) -m venv $(VENV)-shell

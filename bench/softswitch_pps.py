@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from controller import entities as ent  # noqa: E402
 from controller.p4rt_client import SwitchSession  # noqa: E402
-from testbed.ports import free_ports, port_answers  # noqa: E402
+from testbed.ports import free_ports  # noqa: E402
 from testbed.rundir import (  # noqa: E402
     clean_run,
     forget_pid,
@@ -43,6 +43,7 @@ from testbed.rundir import (  # noqa: E402
     record_netns,
     record_pid,
 )
+from testbed.switchproc import SoftSwitchProcess  # noqa: E402
 from wire.p4info import P4Schema  # noqa: E402
 
 SENDER_IP, RECEIVER_IP = "10.99.0.1", "10.99.0.2"
@@ -63,6 +64,13 @@ def sh(*args: str, ns: str | None = None) -> str:
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {result.stderr.strip()}")
     return result.stdout
+
+
+class PinnedSoftSwitch(SoftSwitchProcess):
+    """The testbed's soft switch process, on a core of its own."""
+
+    def command(self) -> list[str]:
+        return ["taskset", "-c", str(SWITCH_CPU), *super().command()]
 
 
 class Bench:
@@ -99,7 +107,8 @@ class Bench:
 
     def measure(self, size: int, dst_mac: str) -> dict:
         sender = subprocess.Popen(
-            ["taskset", "-c", str(SENDER_CPU), "ip", "netns", "exec", self.ns_send, sys.executable, str(ROOT / "bench" / "udp_blast.py"), "eth0",
+            ["taskset", "-c", str(SENDER_CPU), "ip", "netns", "exec", self.ns_send, sys.executable,
+             str(ROOT / "bench" / "udp_blast.py"), "eth0",
              "--src-mac", SENDER_MAC, "--dst-mac", dst_mac, "--src-ip", SENDER_IP, "--dst-ip", RECEIVER_IP,
              "--size", str(size), "--seconds", str(self.seconds + 2 * WARMUP_S)],
             stdout=subprocess.PIPE, text=True)
@@ -119,32 +128,13 @@ class Bench:
         return {"kpps": (rx1 - rx0) / (t1 - t0) / 1e3, "offered_kpps": sent["sent"] / sent["seconds"] / 1e3}
 
     # ---- the soft switch --------------------------------------------------------------------
-    def start_switch(self) -> tuple[subprocess.Popen, str]:
+    def start_switch(self) -> PinnedSoftSwitch:
         (grpc_port,) = free_ports(1)
-        address = f"127.0.0.1:{grpc_port}"
-        proc = subprocess.Popen(
-            ["taskset", "-c", str(SWITCH_CPU), sys.executable, "-m", "softswitch", "-i", f"1@{self.port1}", "-i", f"2@{self.port2}",
-             "--device-id", "1", "--grpc-server-addr", address, "--cpu-port", "255",
-             "--log-file", str(self.run_dir / "softswitch.log"),
-             "--stats-file", str(self.run_dir / "softswitch-stats.json")],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        record_pid(self.run_dir, "softswitch", proc.pid)
-        deadline = time.monotonic() + 15
-        while not port_answers(grpc_port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"soft switch did not come up: {proc.stderr.read() if proc.stderr else ''}")
-            time.sleep(0.1)
-        asyncio.run(program(address))
-        return proc, address
-
-    def stop_switch(self, proc: subprocess.Popen) -> None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        forget_pid(self.run_dir, "softswitch")
+        switch = PinnedSoftSwitch("bench", 1, grpc_port, self.run_dir, [(1, self.port1), (2, self.port2)], {})
+        switch.launch()
+        switch.wait_ready()
+        asyncio.run(program(switch.grpc_address))
+        return switch
 
     # ---- the Linux bridge -------------------------------------------------------------------
     def start_bridge(self) -> None:
@@ -195,13 +185,13 @@ def main() -> int:
     try:
         bench.build()
         console.log(f"run directory {run_dir}")
-        proc, address = bench.start_switch()
+        switch = bench.start_switch()
         try:
             for size in sizes:
                 console.log(f"soft switch, {size + 4} B frames, {args.seconds:.0f} s ...")
                 results.append({"size": size, "soft": bench.measure(size, SWITCH_MAC)})
         finally:
-            bench.stop_switch(proc)
+            switch.stop()
         bench.start_bridge()
         try:
             for result in results:

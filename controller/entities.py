@@ -114,3 +114,7 @@ def insert(entity: object) -> p4r.Update:
 
 def modify(entity: object) -> p4r.Update:
     return update(p4r.Update.MODIFY, entity)
+
+
+def delete(entity: object) -> p4r.Update:
+    return update(p4r.Update.DELETE, entity)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 import struct
-from collections.abc import Callable
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from softswitch.runtime_state import ActionCall, RuntimeState

@@ -19,9 +19,9 @@ from mininet.log import info
 from mininet.net import Mininet
 
 from testbed.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_missing, log_tail
-from testbed.switchproc import compile_p4
 from testbed.ports import free_ports
 from testbed.rundir import clean_run, forget_pid, new_run_dir, record_interfaces, record_pid
+from testbed.switchproc import compile_p4
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
 

@@ -8,7 +8,13 @@ from pathlib import Path
 from mininet.node import Host, Switch
 
 from testbed.switchproc import (
-    CPU_PORT, Bmv2SwitchProcess, SoftSwitchProcess, SwitchProcess, SwitchStartError, bmv2_missing, log_tail,
+    CPU_PORT,
+    Bmv2SwitchProcess,
+    SoftSwitchProcess,
+    SwitchProcess,
+    SwitchStartError,
+    bmv2_missing,
+    log_tail,
 )
 
 SWITCH_MTU = 9000

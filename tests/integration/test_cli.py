@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from testbed.switchproc import bmv2_missing
 from tests.integration.helpers import links_named
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
@@ -51,3 +53,21 @@ def test_make_run_without_tty_exits_zero_within_60s():
     assert "StarNet testbed: leafspine" in result.stdout + result.stderr
     assert elapsed < 60, f"make run took {elapsed:.1f} s"
     assert links_named(LEAFSPINE_LINK_PREFIXES) == []
+
+
+@pytest.mark.skipif(not bmv2_missing(), reason="BMv2 is installed here: the fail-fast path cannot be shown")
+def test_make_run_bmv2_without_bmv2_fails_fast_naming_the_binary():
+    started = time.monotonic()
+    result = subprocess.run("make run DATAPLANE=bmv2 </dev/null", shell=True, cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode != 0
+    assert "simple_switch_grpc" in result.stderr
+    assert time.monotonic() - started < 30
+    assert links_named(LEAFSPINE_LINK_PREFIXES) == []
+
+
+@pytest.mark.skipif(shutil.which("p4c-bm2-ss") is not None, reason="p4c is installed here")
+def test_make_p4_without_p4c_says_so_and_fails():
+    result = subprocess.run(["make", "p4"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "p4c-bm2-ss not found" in result.stderr

@@ -1,0 +1,209 @@
+"""starnet.p4 behaviour, written once and run against each target (soft switch, BMv2).
+
+One switch, four ports, host ends in namespaces; programmed over P4Runtime:
+  10.1.0.P/32 → port P;  10.2.0.0/16 → ECMP group over ports 2 and 3 (watch ports 2, 3);
+  port 4 drains at 2 Mbit/s with an ECN threshold of 4 packets.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from controller import entities as ent
+from testbed.switchproc import bmv2_missing
+from tests.dataplane.harness import SwitchHarness
+
+pytestmark = [pytest.mark.root]
+
+SMAC = "02:53:00:00:00:{:02x}"
+NHOP_MAC = "02:00:00:00:0e:{:02x}"
+MARK_DPORT = 9999
+ECN_PORT, ECN_THRESHOLD = 4, 4
+SELECTOR = "StarIngress.ecmp_selector"
+
+
+@pytest.fixture(scope="module", params=["soft", "bmv2"])
+def switch(request):
+    if request.param == "bmv2" and bmv2_missing():
+        pytest.skip(f"{' and '.join(bmv2_missing())} not found: BMv2 runs where p4lang's packages are installed")
+    with SwitchHarness(request.param, ports=4, shapes={ECN_PORT: (2.0, 64)}) as h:
+        program(h)
+        yield h
+
+
+def program(h: SwitchHarness) -> None:
+    s = h.schema
+    updates = []
+    for port in range(1, 5):
+        updates.append(ent.insert(ent.table_entry(s, "StarIngress.port_role", {"standard_metadata.ingress_port": port},
+                                                  action_call=ent.action(s, "StarIngress.set_port_role", role=1))))
+        updates.append(ent.insert(ent.member(s, SELECTOR, port, ent.action(
+            s, "StarIngress.set_nhop", port=port, smac=SMAC.format(port), dmac=NHOP_MAC.format(port)))))
+        updates.append(ent.insert(ent.table_entry(s, "StarIngress.ipv4_lpm",
+                                                  {"hdr.ipv4.dst_addr": (f"10.1.0.{port}", 32)}, member_id=port)))
+    updates.append(ent.insert(ent.group(s, SELECTOR, 1, [(2, 2), (3, 3)])))
+    updates.append(ent.insert(ent.table_entry(s, "StarIngress.ipv4_lpm", {"hdr.ipv4.dst_addr": ("10.2.0.0", 16)},
+                                              group_id=1)))
+    updates.append(ent.insert(ent.table_entry(
+        s, "StarEgress.port_config", {"standard_metadata.egress_port": ECN_PORT},
+        action_call=ent.action(s, "StarEgress.set_port_config", capacity_mbps=2, ecn_threshold_pkts=ECN_THRESHOLD))))
+    h.write(updates)
+
+
+def udp(dst: str, sport: int = 1000, src: str = "10.1.0.1", ttl: int = 64, tos: int = 0, size: int = 100) -> bytes:
+    header = Ether(src="02:00:00:00:0d:01", dst=SMAC.format(1)) / IP(src=src, dst=dst, ttl=ttl, tos=tos) / \
+        UDP(sport=sport, dport=MARK_DPORT)
+    return bytes(header / (b"\x00" * max(0, size - len(header))))
+
+
+def ours(frame: bytes) -> bool:
+    return len(frame) >= 38 and frame[12:14] == b"\x08\x00" and frame[23] == 17 and \
+        int.from_bytes(frame[36:38], "big") == MARK_DPORT
+
+
+def counter(h: SwitchHarness, name: str, index: int) -> tuple[int, int]:
+    return h.session.call(h.session.s.read_counter(name)).get(index, (0, 0))
+
+
+def test_lpm_forwards_and_rewrites_macs_ttl_checksum(switch):
+    switch.drain()
+    switch.send(1, udp("10.1.0.2", ttl=9))
+    (frame,) = switch.receive(2, ours)
+    packet = Ether(frame)
+    assert (packet.src, packet.dst) == (SMAC.format(2), NHOP_MAC.format(2))
+    assert packet[IP].ttl == 8
+    check = packet[IP].chksum
+    del packet[IP].chksum
+    assert IP(bytes(packet[IP])).chksum == check
+
+
+def test_ttl_one_and_unrouted_are_dropped(switch):
+    switch.drain()
+    switch.send(1, udp("10.1.0.2", ttl=1))
+    switch.send(1, udp("192.168.7.7"))
+    assert switch.receive(2, ours, timeout_s=0.5) == []
+
+
+def flows_by_port(switch: SwitchHarness, sports: range) -> dict[int, set[int]]:
+    switch.drain()
+    for sport in sports:
+        switch.send(1, udp("10.2.0.9", sport=sport))
+    seen: dict[int, set[int]] = {}
+    for port in (2, 3):
+        for frame in switch.receive(port, ours, count=len(sports), timeout_s=1.5):
+            seen.setdefault(port, set()).add(int.from_bytes(frame[34:36], "big"))
+    return seen
+
+
+def test_ecmp_spreads_flows_and_keeps_each_flow_on_one_port(switch):
+    sports = range(20000, 20064)
+    first = flows_by_port(switch, sports)
+    assert set(first) == {2, 3}, first
+    assert first[2].isdisjoint(first[3])
+    assert first[2] | first[3] == set(sports)
+    assert flows_by_port(switch, sports) == first
+
+
+def test_member_whose_watch_port_is_down_gets_no_traffic(switch):
+    sports = range(21000, 21064)
+    switch.set_link(3, False)
+    try:
+        time.sleep(0.3)  # the soft switch polls link state every 50 ms; BMv2's port monitor is similar
+        seen = flows_by_port(switch, sports)
+    finally:
+        switch.set_link(3, True)
+    assert set(seen) == {2} and seen[2] == set(sports)
+
+
+def test_packet_out_leaves_by_the_named_port(switch):
+    switch.drain()
+    frame = udp("10.9.9.9", sport=4242)
+    switch.session.call(switch.session.s.packet_out(frame, egress_port=3))
+    (received,) = switch.receive(3, ours)
+    assert received[:len(frame)] == frame
+
+
+def test_probe_arrives_as_packet_in_with_ingress_port_and_reason(switch):
+    probe = bytes(Ether(src="02:00:00:00:0d:02", dst="ff:ff:ff:ff:ff:ff", type=0x88B5) / (b"\x5a" * 46))
+    switch.send(2, probe)
+    packet = switch.session.packet_in()
+    assert packet is not None, "no PacketIn within 3 s"
+    fields = switch.session.s.packet_in_fields(packet)
+    assert (fields["ingress_port"], fields["reason"]) == (2, 2)
+    assert packet.payload[:len(probe)] == probe
+
+
+def test_ecn_marks_ect_traffic_above_the_queue_threshold(switch):
+    switch.drain()
+    # 40 frames of 1000 B at once into a 2 Mbit/s port: the queue builds well past 4 packets.
+    switch.send(1, udp(f"10.1.0.{ECN_PORT}", tos=0x02, size=1000), count=40)
+    frames = switch.receive(ECN_PORT, ours, count=40, timeout_s=6.0)
+    ecn = [Ether(f)[IP].tos & 3 for f in frames]
+    assert len(ecn) == 40, f"{len(ecn)} of 40 frames arrived"
+    assert ecn[0] == 2 and ecn[-1] == 3, ecn
+    assert ecn.count(3) >= 40 - 2 * ECN_THRESHOLD - 4, ecn
+    switch.send(1, udp(f"10.1.0.{ECN_PORT}", tos=0x00, size=1000), count=20)
+    assert all(Ether(f)[IP].tos & 3 == 0 for f in switch.receive(ECN_PORT, ours, count=20, timeout_s=4.0))
+
+
+def fault_entry(h: SwitchHarness, dst: str, action_call):
+    return ent.table_entry(h.schema, "StarIngress.fault_inject",
+                           {"standard_metadata.ingress_port": (1, 0x1FF), "hdr.ipv4.dst_addr": (dst, 0xFFFFFFFF)},
+                           action_call=action_call, priority=10)
+
+
+def test_fault_drop_drops_everything_it_matches_and_counts(switch):
+    entry = fault_entry(switch, "10.1.0.2", ent.action(switch.schema, "StarIngress.fault_drop"))
+    switch.write([ent.insert(entry)])
+    try:
+        before = counter(switch, "StarIngress.fault_drops", 1)[0]
+        switch.drain()
+        switch.send(1, udp("10.1.0.2"), count=50)
+        switch.send(1, udp("10.1.0.3"), count=5)
+        assert switch.receive(2, ours, timeout_s=0.7) == []
+        assert len(switch.receive(3, ours, count=5)) == 5
+        assert counter(switch, "StarIngress.fault_drops", 1)[0] - before == 50
+    finally:
+        switch.write([ent.delete(entry)])
+
+
+def test_fault_drop_probability_is_within_statistical_bounds(switch):
+    entry = fault_entry(switch, "10.1.0.2", ent.action(switch.schema, "StarIngress.fault_drop_prob",
+                                                       prob_u16=16384))  # 25 %
+    switch.write([ent.insert(entry)])
+    try:
+        switch.drain()
+        sent = 800
+        for i in range(sent):
+            switch.send(1, udp("10.1.0.2", sport=30000 + i % 100))
+        delivered = len(switch.receive(2, ours, count=sent, timeout_s=2.0))
+    finally:
+        switch.write([ent.delete(entry)])
+    # Binomial(800, 0.75): mean 600, sd 12.2; ±5 sd.
+    assert 539 <= delivered <= 661, delivered
+
+
+def test_port_counters_count_what_passed(switch):
+    rx_before = counter(switch, "StarIngress.port_rx", 1)[0]
+    tx_before = counter(switch, "StarEgress.port_tx", 2)
+    switch.drain()
+    switch.send(1, udp("10.1.0.2", size=200), count=30)
+    assert len(switch.receive(2, ours, count=30)) == 30
+    rx_after = counter(switch, "StarIngress.port_rx", 1)[0]
+    tx_after = counter(switch, "StarEgress.port_tx", 2)
+    assert rx_after - rx_before >= 30
+    assert tx_after[0] - tx_before[0] == 30
+    assert tx_after[1] - tx_before[1] == 30 * 200
+
+
+def test_malformed_ipv4_is_counted_and_dropped(switch):
+    before = counter(switch, "StarIngress.malformed", 1)[0]
+    truncated = bytes(Ether(src="02:00:00:00:0d:01", dst=SMAC.format(1), type=0x0800)) + b"\x45\x00\x00\x14"
+    switch.send(1, truncated + b"\x00" * 6)  # 24 B: shorter than an IPv4 header
+    switch.send(1, udp("10.1.0.2"))
+    assert len(switch.receive(2, ours)) == 1
+    assert counter(switch, "StarIngress.malformed", 1)[0] - before == 1
