@@ -37,7 +37,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     setLogLevel("info")
     try:
         topo = topology_by_name(args.topo)
-        tb = Testbed(topo, dataplane=args.dataplane)
+        bmv2_options = {"log_level": args.bmv2_log}
+        tb = Testbed(topo, dataplane=args.dataplane, bmv2_options=bmv2_options)
+        if args.pcap:
+            (tb.run_dir / "pcaps").mkdir(exist_ok=True)
+            bmv2_options["pcap_dir"] = tb.run_dir / "pcaps"
     except (TopologyError, TestbedError) as exc:
         print(f"testbed: {exc}", file=sys.stderr)
         return 2
@@ -60,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="bring up a testbed and open the CLI")
     run.add_argument("--topo", default="leafspine")
     run.add_argument("--dataplane", default="auto")
+    run.add_argument("--bmv2-log", metavar="LEVEL", help="BMv2 logging (trace|debug|info|...); off by default")
+    run.add_argument("--pcap", action="store_true", help="BMv2: write per-port pcaps into the run directory")
     sub.add_parser("clean", help="end processes and delete interfaces left by earlier runs")
     for name in ("address", "device-id"):
         sub.add_parser(name).add_argument("switch")
