@@ -82,6 +82,7 @@ class DataPlane:
             sock = open_port_socket(spec.iface)
             self.sockets[spec.port] = sock
             self.egress[spec.port] = EgressQueue(spec.port, sock.send, spec.rate_mbps, spec.depth_pkts, now)
+            self.egress[spec.port].int_egress = pipeline.int_engine.egress
             pipeline.port_up[spec.port] = read_operstate(spec.iface)
         # Port counters are kept here per batch and folded into the P4 counters port_rx/port_tx
         # when those are read (P4Runtime Read) and with every stats write.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+from softswitch.inband import IntPending
 from softswitch.pipeline import mark_ce
 
 MAX_FRAME = 9018
@@ -22,6 +23,7 @@ class EgressQueue:
     __slots__ = (
         "port", "send", "rate_Bps", "burst", "catchup", "tokens", "last", "depth_pkts", "queue",
         "drops", "max_qdepth", "tx_pkts", "tx_bytes", "send_errors", "ecn_threshold", "ce_marked",
+        "int_egress",
     )
 
     def __init__(self, port: int, send: Callable[[bytes], int], rate_mbps: float, depth_pkts: int,
@@ -38,6 +40,8 @@ class EgressQueue:
         self.send_errors = 0
         self.ecn_threshold = 0  # packets; 0 = no marking (port_config sets it)
         self.ce_marked = 0
+        # Writes this switch's INT hop (or strips INT at a sink) as a frame leaves: pipeline.int_engine.
+        self.int_egress: Callable[[IntPending, int, int], bytearray] | None = None
         self.last = now
         self.set_rate(rate_mbps)
 
@@ -65,12 +69,17 @@ class EgressQueue:
             if depth >= self.depth_pkts:
                 self.drops += 1
                 return -1
+            if frame.__class__ is IntPending:
+                frame.qdepth = depth  # type: ignore[union-attr]
             if self.ecn_threshold and depth >= self.ecn_threshold:
                 # starnet.p4 egress: CE when enq_qdepth >= the port's threshold.
-                if frame.__class__ is not bytearray:
-                    frame = bytearray(frame)
-                if mark_ce(frame):  # type: ignore[arg-type]
-                    self.ce_marked += 1
+                if frame.__class__ is IntPending:
+                    marked = mark_ce(frame.frame)  # type: ignore[union-attr]
+                else:
+                    if frame.__class__ is not bytearray:
+                        frame = bytearray(frame)
+                    marked = mark_ce(frame)  # type: ignore[arg-type]
+                self.ce_marked += marked
             queue.append(frame)
             if depth + 1 > self.max_qdepth:
                 self.max_qdepth = depth + 1
@@ -88,7 +97,12 @@ class EgressQueue:
             self.max_qdepth = 1
         return 0
 
-    def _transmit(self, frame: bytes | bytearray) -> bool:
+    def _transmit(self, frame) -> bool:
+        if frame.__class__ is IntPending:
+            if self.int_egress is None:
+                frame = frame.frame
+            else:
+                frame = self.int_egress(frame, self.port, self.tx_bytes & 0xFFFFFFFF)
         try:
             self.send(frame)
         except BlockingIOError:

@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import random
 import struct
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from softswitch.inband import REPORT_SESSION, IntEngine, IntPending, flow_slot, insert_source_header
 from softswitch.runtime_state import ActionCall, RuntimeState
+from wire.intmd import DSCP_INT, IntFormatError, int_length, l4_header_length
 
 IPV4_LPM = "StarIngress.ipv4_lpm"
 ECMP_SELECTOR = "StarIngress.ecmp_selector"
 PORT_ROLE = "StarIngress.port_role"
 FAULT_INJECT = "StarIngress.fault_inject"
 PORT_CONFIG = "StarEgress.port_config"
+INT_SOURCE = "StarIngress.int_source"
+INT_SINK = "StarIngress.int_sink"
+INT_NODE = "StarEgress.int_node"
 PORT_RX = "StarIngress.port_rx"
 PORT_TX = "StarEgress.port_tx"
 FAULT_DROPS = "StarIngress.fault_drops"
@@ -55,9 +61,10 @@ class DropStats:
 
 
 # Cached result of the ingress tables for one flow: (egress port, new dst+src MAC (12 bytes),
-# drop probability), or (DROPPED, reason, 0.0). Plain tuples: the hot path unpacks them.
+# drop probability, INT sample_log2 or -1 when not watched, egress port is an INT sink), or
+# (DROPPED, reason, 0.0, -1, False). Plain tuples: the hot path unpacks them.
 DROPPED = -1
-FlowResult = tuple[int, bytes | str, float]
+FlowResult = tuple[int, bytes | str, float, int, bool]
 
 FLOW_CACHE_MAX = 1 << 16  # flows; a flood of new 5-tuples empties the cache instead of growing it
 _FAST_IPV4 = b"\x08\x00\x45"  # EtherType IPv4, version 4 with a 20-byte header
@@ -77,6 +84,8 @@ class Pipeline:
         self.packet_in: Callable[[bytes, int, int], None] | None = None
         self.ecn_thresholds: dict[int, int] = {}  # egress port → threshold (packets), from port_config
         self.config_generation = 0
+        self.int_engine = IntEngine()
+        self.int_engine.to_cpu = self.to_cpu
         self.bind(self.state)
 
     def bind(self, state: RuntimeState) -> None:
@@ -110,11 +119,18 @@ class Pipeline:
         self.fault_drops, self.fault_drop_bytes = fault_drops.packets, fault_drops.bytes
         malformed = state.counter_by_name(MALFORMED)
         self.malformed, self.malformed_bytes = malformed.packets, malformed.bytes
-        self.ecn_thresholds = {
-            values[0]: entry.action.args[1]
-            for values, entry in self.port_config.exact_index.items()
-            if entry.action is not None and entry.action.name.endswith(".set_port_config")
-        }
+        self.int_source = state.table_by_name(INT_SOURCE)
+        self.int_sink = state.table_by_name(INT_SINK)
+        port_configs = {values[0]: entry.action.args for values, entry in self.port_config.exact_index.items()
+                        if entry.action is not None and entry.action.name.endswith(".set_port_config")}
+        self.ecn_thresholds = {port: args[1] for port, args in port_configs.items()}
+        engine = self.int_engine
+        engine.ecn_thresholds = self.ecn_thresholds
+        engine.capacity_mbps = {port: args[0] for port, args in port_configs.items()}
+        node = state.table_by_name(INT_NODE).default_action
+        engine.node_id = node.args[0] if node.name.endswith(".set_node_id") else 0
+        session = state.clone_sessions.get(REPORT_SESSION)
+        engine.report_bytes = None if session is None else session.packet_length_bytes
         self.config_generation += 1
         self.invalidate()
 
@@ -142,7 +158,7 @@ class Pipeline:
             if len(self.flow_cache) >= FLOW_CACHE_MAX:
                 self.flow_cache = {}
             result = self.flow_cache[key] = self.walk_tables(in_port, key[1], key[2][:8], key[2][8:])
-        port, macs, drop_prob = result
+        port, macs, drop_prob, sample_log2, sink = result
         if port == DROPPED:
             self._count_drop(macs, in_port, len(frame))  # type: ignore[arg-type]
             return None
@@ -161,7 +177,29 @@ class Pipeline:
         check = (check + (check >> 16)) & 0xFFFF
         out[24] = check >> 8
         out[25] = check & 0xFF
+        proto = key[1]
+        if (proto == 6 or proto == 17) and frame[14] == 0x45:
+            if frame[15] >> 2 == DSCP_INT:
+                return self._int_transit(out, in_port, port, sink, key)
+            if sample_log2 >= 0 and not self.rng.getrandbits(16) & ((1 << sample_log2) - 1):
+                return self._int_source(out, in_port, port, sink, key)
         return port, out
+
+    def _int_transit(self, out: bytearray, in_port: int, port: int, sink: bool,
+                     key: tuple) -> tuple[int, IntPending] | None:
+        int_off = 34 + l4_header_length(out, 34, key[1])
+        try:
+            int_length(out, int_off)
+        except IntFormatError:
+            self._count_drop("malformed", in_port, len(out))
+            return None
+        return port, IntPending(out, in_port, int_off, sink, time.monotonic(), flow_slot(key[2], key[1]))
+
+    def _int_source(self, out: bytearray, in_port: int, port: int, sink: bool,
+                    key: tuple) -> tuple[int, IntPending]:
+        int_off = 34 + l4_header_length(out, 34, key[1])
+        return port, IntPending(insert_source_header(out, int_off), in_port, int_off, sink, time.monotonic(),
+                                flow_slot(key[2], key[1]))
 
     def _unusual_key(self, frame: bytes, in_port: int) -> tuple[int, int, bytes] | None:
         """Flow key of a frame off the fast path (IPv4 options, short frames); None if dropped."""
@@ -209,7 +247,7 @@ class Pipeline:
         fault = self.fault_inject.lookup((in_port, src, dst))
         if fault is not None and fault.action is not None:
             if fault.action.name.endswith(".fault_drop"):
-                return DROPPED, "fault", 0.0
+                return DROPPED, "fault", 0.0, -1, False
             if fault.action.name.endswith(".fault_drop_prob"):
                 drop_prob = fault.action.args[0] / 65536.0
         entry = self.ipv4_lpm.lookup((dst,))
@@ -220,11 +258,20 @@ class Pipeline:
         else:
             action = self._select(entry.member_id, entry.group_id, (src, dst, proto, sport, dport))
             if action is None:
-                return DROPPED, "no_live_member", 0.0
+                return DROPPED, "no_live_member", 0.0, -1, False
         if not action.name.endswith(".set_nhop"):
-            return DROPPED, "no_route", 0.0
+            return DROPPED, "no_route", 0.0, -1, False
         port, smac, dmac = action.args
-        return port, mac_bytes(dmac) + mac_bytes(smac), drop_prob
+        sample_log2 = -1
+        if proto in (6, 17):
+            role = self.port_role.lookup((in_port,))
+            if role is not None and role.action is not None and role.action.args[0] == ROLE_HOST:
+                watch = self.int_source.lookup((src, dst, proto, sport, dport))
+                if watch is not None and watch.action is not None and watch.action.name.endswith(".int_watch"):
+                    sample_log2 = min(16, watch.action.args[0])
+        sink_entry = self.int_sink.lookup((port,))
+        sink = sink_entry is not None and sink_entry.action is not None
+        return port, mac_bytes(dmac) + mac_bytes(smac), drop_prob, sample_log2, sink
 
     def _select(self, member_id: int | None, group_id: int | None,
                 five_tuple: tuple[int, int, int, int, int]) -> ActionCall | None:

@@ -1,0 +1,152 @@
+"""INT in the soft switch: source insertion at ingress, hop push / sink strip and reports at egress.
+
+Mirrors p4src/include/int.p4 with the layout of wire/intmd.py. A frame that carries (or starts)
+INT leaves ingress as an IntPending: the hop is written when the frame leaves its egress queue,
+so hop latency (ingress to departure, µs), queue occupancy at enqueue (packets) and the egress
+timestamp are what the switch really saw. At a sink port (int_sink) the switch adds its own hop,
+sends the stack to the CPU port as an INT_REPORT packet-in (at once if any hop flagged congestion,
+else at most once per REPORT_INTERVAL_S per flow slot), then strips INT and restores the DSCP and
+lengths, so the destination receives the bytes that were sent.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Callable
+
+from wire.intmd import DSCP_INT, FIXED_BYTES, HOP_BYTES, HOP_WORDS, UNKNOWN32, Hop, IntStack
+
+REASON_INT_REPORT = 1
+REPORT_SESSION = 500
+REPORT_INTERVAL_S = 0.010
+REPORT_FLOW_SLOTS = 1024
+
+
+class IntPending:
+    """A frame carrying INT on its way through the egress queue."""
+
+    __slots__ = ("frame", "in_port", "int_off", "sink", "t_in", "qdepth", "flow_slot")
+
+    def __init__(self, frame: bytearray, in_port: int, int_off: int, sink: bool, t_in: float,
+                 flow_slot: int) -> None:
+        self.frame = frame
+        self.in_port = in_port
+        self.int_off = int_off
+        self.sink = sink
+        self.t_in = t_in
+        self.qdepth = 0
+        self.flow_slot = flow_slot
+
+    def __len__(self) -> int:
+        # Bytes on the wire as the token bucket should see them.
+        if self.sink:
+            return len(self.frame) - 4 - 4 * self.frame[self.int_off + 1]
+        return len(self.frame) + HOP_BYTES
+
+
+def ipv4_checksum(frame: bytearray) -> None:
+    """Recompute the IPv4 header checksum of an Ethernet frame (20-byte header) in place."""
+    frame[24] = frame[25] = 0
+    total = 0
+    for i in range(14, 34, 2):
+        total += (frame[i] << 8) | frame[i + 1]
+    total = (total & 0xFFFF) + (total >> 16)
+    total = (total & 0xFFFF) + (total >> 16)
+    check = ~total & 0xFFFF
+    frame[24], frame[25] = check >> 8, check & 0xFF
+
+
+def _grow_lengths(frame: bytearray, delta: int) -> None:
+    total = ((frame[16] << 8) | frame[17]) + delta
+    frame[16], frame[17] = (total >> 8) & 0xFF, total & 0xFF
+    if frame[23] == 17:
+        udp_len = ((frame[38] << 8) | frame[39]) + delta
+        frame[38], frame[39] = (udp_len >> 8) & 0xFF, udp_len & 0xFF
+
+
+def flow_slot(addrs_ports: bytes, proto: int) -> int:
+    return zlib.crc32(addrs_ports + bytes((proto,))) % REPORT_FLOW_SLOTS
+
+
+def insert_source_header(frame: bytearray, int_off: int) -> bytearray:
+    """Shim + MD header (no hops yet) after the L4 header; DSCP := INT, original DSCP in the shim."""
+    dscp = frame[15] >> 2
+    block = IntStack(orig_dscp=dscp).pack()
+    out = frame[:int_off] + block + frame[int_off:]
+    out[15] = (DSCP_INT << 2) | (frame[15] & 3)
+    _grow_lengths(out, len(block))
+    ipv4_checksum(out)
+    return out
+
+
+def push_hop(frame: bytearray, int_off: int, hop: bytes, congested: bool) -> bytearray:
+    """Put `hop` in front of the stack, or set E when no hop budget remains; flag congestion."""
+    remaining = frame[int_off + 7]
+    if remaining == 0:
+        out = frame
+        out[int_off + 4] |= 0x04  # E: a hop could not push its metadata
+    else:
+        out = frame[:int_off + FIXED_BYTES] + hop + frame[int_off + FIXED_BYTES:]
+        out[int_off + 1] += HOP_WORDS
+        out[int_off + 7] = remaining - 1
+        _grow_lengths(out, HOP_BYTES)
+    if congested:
+        out[int_off + 14] |= 0x80  # DS flags bit 0 (MSB)
+    ipv4_checksum(out)
+    return out
+
+
+def strip(frame: bytearray, int_off: int) -> bytearray:
+    """Remove the INT block; restore the original DSCP (ECN bits as they are now) and lengths."""
+    length = 4 + 4 * frame[int_off + 1]
+    dscp = frame[int_off + 3] & 0x3F
+    out = frame[:int_off] + frame[int_off + length:]
+    out[15] = (dscp << 2) | (frame[15] & 3)
+    _grow_lengths(out, -length)
+    ipv4_checksum(out)
+    return out
+
+
+class IntEngine:
+    """Per-switch INT state: node id, port capacities and thresholds, report rate limit, clock."""
+
+    def __init__(self) -> None:
+        self.node_id = 0
+        self.capacity_mbps: dict[int, int] = {}
+        self.ecn_thresholds: dict[int, int] = {}
+        self.report_bytes: int | None = None  # clone session 500's truncation; None = no session
+        self.last_report = [0.0] * REPORT_FLOW_SLOTS
+        self.to_cpu: Callable[[bytes, int, int], None] | None = None
+        self.epoch = time.monotonic()
+        self.reports = 0
+        self.rate_limited = 0
+
+    def clock_us(self, t: float) -> int:
+        """The switch-local clock in µs, starting at 0 like BMv2's."""
+        return int((t - self.epoch) * 1e6)
+
+    def egress(self, item: IntPending, port: int, tx_bytes: int) -> bytearray:
+        """The frame as it leaves `port`: with this switch's hop (transit), or stripped (sink)."""
+        now = time.monotonic()
+        threshold = self.ecn_thresholds.get(port, 0)
+        congested = bool(threshold) and item.qdepth >= threshold
+        hop = Hop(self.node_id, item.in_port, port, min(UNKNOWN32, int((now - item.t_in) * 1e6)),
+                  min(item.qdepth, 0xFFFFFF), self.clock_us(now), tx_bytes, self.capacity_mbps.get(port, UNKNOWN32))
+        with_hop = push_hop(bytearray(item.frame), item.int_off, hop.pack(), congested)
+        if not item.sink:
+            return with_hop
+        self._report(with_hop, item, now)
+        return strip(with_hop, item.int_off)
+
+    def _report(self, frame: bytearray, item: IntPending, now: float) -> None:
+        if self.report_bytes is None or self.to_cpu is None:
+            return
+        congested = bool(frame[item.int_off + 14] & 0x80)
+        if not congested and now - self.last_report[item.flow_slot] < REPORT_INTERVAL_S:
+            self.rate_limited += 1
+            return
+        self.last_report[item.flow_slot] = now
+        self.reports += 1
+        report = bytes(frame[:self.report_bytes]) if self.report_bytes else bytes(frame)
+        self.to_cpu(report, item.in_port, REASON_INT_REPORT)

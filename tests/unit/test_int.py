@@ -1,0 +1,187 @@
+"""INT end to end through three soft-switch pipelines (leaf → spine → leaf), and INT robustness."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.l2 import Ether
+
+from controller import entities as ent
+from controller.app import switch_program
+from controller.routing import compute_routes
+from softswitch.egress import EgressQueue
+from softswitch.inband import IntPending
+from softswitch.pipeline import Pipeline
+from softswitch.runtime_state import RuntimeState
+from topologies import leafspine
+from topologies.addressing import AddressPlan
+from wire.intmd import DSCP_INT, FIXED_BYTES, HOP_BYTES, IntStack, dissect_int, int_length, parse
+from wire.p4info import P4Schema
+
+
+class Fabric:
+    """The default leaf-spine's pipelines, wired together in Python (no sockets)."""
+
+    def __init__(self) -> None:
+        self.topo = leafspine()
+        self.plan = AddressPlan(self.topo)
+        routes = compute_routes(self.topo, self.plan)
+        schema = P4Schema.load()
+        self.reports: list[tuple[str, int, int, bytes]] = []
+        self.pipelines: dict[str, Pipeline] = {}
+        self.queues: dict[tuple[str, int], EgressQueue] = {}
+        self.wire: list[tuple[str, int, bytes]] = []
+        for sw in self.topo.switches:
+            state = RuntimeState(schema)
+            for update in switch_program(schema, self.topo, self.plan, sw.name, routes[sw.name]):
+                state.apply(update)
+            if sw.name in ("s3", "s4"):  # watch every UDP and TCP flow from hosts, every packet
+                for proto in (6, 17):
+                    state.apply(ent.insert(ent.table_entry(
+                        schema, "StarIngress.int_source", {"hdr.ipv4.protocol": (proto, 0xFF)},
+                        action_call=ent.action(schema, "StarIngress.int_watch", sample_log2=0), priority=1)))
+            pipeline = Pipeline(state)
+            pipeline.packet_in = lambda frame, port, reason, name=sw.name: self.reports.append(
+                (name, port, reason, frame))
+            self.pipelines[sw.name] = pipeline
+            for link in self.topo.links_of(sw.name):
+                port = link.port_of(sw.name)
+                queue = EgressQueue(port, lambda f, s=sw.name, p=port: self.wire.append((s, p, bytes(f))) or len(f),
+                                    0.0, 64, 0.0)
+                queue.int_egress = pipeline.int_engine.egress
+                self.queues[(sw.name, port)] = queue
+
+    def carry(self, frame: bytes, host: str) -> tuple[bytes | None, list[str]]:
+        """Send `frame` from `host`; return what the destination host receives and the switch path."""
+        link = self.topo.links_of(host)[0]
+        node, port = (link.b, link.b_port) if link.a == host else (link.a, link.a_port)
+        path = []
+        while True:
+            path.append(node)
+            result = self.pipelines[node].ingress(frame, port)
+            if result is None:
+                return None, path
+            out_port, out = result
+            self.wire.clear()
+            self.queues[(node, out_port)].enqueue(out, 0.0)
+            (_, _, frame), = self.wire
+            neighbour, nlink = [(n, lk) for n, lk in self.topo.neighbours(node) if lk.port_of(node) == out_port][0]
+            if self.topo.is_host(neighbour):
+                return frame, path
+            node, port = neighbour, nlink.port_of(neighbour)
+
+
+@pytest.fixture()
+def fabric() -> Fabric:
+    return Fabric()
+
+
+def frame_from(fabric: Fabric, src: str, dst: str, l4, payload: bytes = b"hello, fabric" * 5, tos: int = 0x28):
+    a, b = fabric.plan.hosts[src], fabric.plan.hosts[dst]
+    return bytes(Ether(src=a.mac, dst=a.gateway_mac) / IP(src=a.ip, dst=b.ip, ttl=64, tos=tos) / l4 / payload)
+
+
+@pytest.mark.parametrize("l4", [UDP(sport=4000, dport=5000), TCP(sport=4001, dport=5001, flags="PA", seq=7)])
+def test_int_is_stripped_to_the_original_bytes_and_reported_with_the_path(fabric, l4):
+    sent = frame_from(fabric, "h1", "h5", l4)
+    received, path = fabric.carry(sent, "h1")
+    assert received is not None and len(path) == 3
+    # Everything above the MACs is as sent except the TTL (3 hops) and the IPv4 checksum.
+    rx, tx = Ether(received), Ether(sent)
+    assert rx[IP].ttl == 61 and rx[IP].tos == 0x28 and rx[IP].len == tx[IP].len
+    assert bytes(rx[IP].payload) == bytes(tx[IP].payload)
+    check = rx[IP].chksum
+    del rx[IP].chksum
+    assert IP(bytes(rx[IP])).chksum == check
+    # One report, from the sink leaf, carrying every hop newest first with the ports it used.
+    (switch, in_port, reason, report), = fabric.reports
+    assert (switch, reason) == ("s4", 1)
+    stack = parse(report, 34 + (8 if isinstance(l4, UDP) else 20))
+    assert [h.node_id for h in stack.hops] == [fabric.plan.switches[s].device_id for s in reversed(path)]
+    spine = path[1]
+    s3_up = [lk.port_of("s3") for n, lk in fabric.topo.neighbours("s3") if n == spine][0]
+    assert (stack.hops[2].ingress_port, stack.hops[2].egress_port) == (1, s3_up)
+    assert stack.hops[0].egress_port == fabric.plan.hosts["h5"].switch_port
+    assert all(h.capacity_mbps == 20 for h in stack.hops)
+    assert stack.remaining_hop_cnt == 3 and stack.orig_dscp == 0x28 >> 2
+    shown = dissect_int(Ether(report))
+    assert shown["INT-MD header"].remaining_hop_cnt == 3 and len(shown["INT-MD header"].hops) == 3
+
+
+def test_same_leaf_traffic_gets_int_and_loses_it_in_one_switch(fabric):
+    sent = frame_from(fabric, "h1", "h2", UDP(sport=1, dport=2))
+    received, path = fabric.carry(sent, "h1")
+    assert path == ["s3"] and bytes(Ether(received)[IP].payload) == bytes(Ether(sent)[IP].payload)
+
+
+def test_reports_are_rate_limited_per_flow(fabric):
+    sent = frame_from(fabric, "h1", "h5", UDP(sport=4000, dport=5000))
+    for _ in range(20):
+        fabric.carry(sent, "h1")
+    assert len(fabric.reports) == 1
+    assert fabric.pipelines["s4"].int_engine.rate_limited == 19
+
+
+def test_full_hop_budget_sets_e_and_pushes_nothing(fabric):
+    a, b = fabric.plan.hosts["h1"], fabric.plan.hosts["h5"]
+    stack = IntStack(orig_dscp=0, remaining_hop_cnt=0)
+    frame = bytes(Ether(src=a.mac, dst="02:53:00:01:00:01") / IP(src=a.ip, dst=b.ip, tos=DSCP_INT << 2)
+                  / UDP(sport=9, dport=9) / (stack.pack() + b"data"))
+    pipeline = fabric.pipelines["s1"]
+    port, pending = pipeline.ingress(frame, 1)
+    assert isinstance(pending, IntPending)
+    out = pipeline.int_engine.egress(pending, port, 0)
+    parsed = parse(out, 42)
+    assert parsed.e_flag and parsed.hops == []
+
+
+def int_frame(fabric: Fabric, hops: int = 1) -> bytearray:
+    """A valid INT frame as s1 (spine) receives it from s3."""
+    sent = frame_from(fabric, "h1", "h5", UDP(sport=4000, dport=5000))
+    port, pending = fabric.pipelines["s3"].ingress(sent, 1)
+    return bytearray(fabric.pipelines["s3"].int_engine.egress(pending, port, 0))
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda f: f.__setitem__(43, 40),                   # shim length longer than the packet
+    lambda f: f.__setitem__(43, 3 + 4),                # not a whole number of hops
+    lambda f: f.__setitem__(46, (f[46] & 0x0F) | 0x10),  # MD version 1
+    lambda f: f.__setitem__(42, 0x20),                 # shim type 2
+    lambda f: f.__setitem__(49, 6),                    # 1 hop + 6 remaining: over the budget
+])
+def test_malformed_int_is_dropped_and_counted(fabric, mutate):
+    frame = int_frame(fabric)
+    int_length(frame, 42)  # valid before the mutation
+    mutate(frame)
+    spine = fabric.pipelines["s1"]
+    in_port = 1
+    assert spine.ingress(bytes(frame), in_port) is None
+    assert spine.malformed[in_port] == 1 and spine.drops.malformed == 1
+
+
+def test_random_mutations_never_crash_and_every_packet_is_accounted_for(fabric):
+    rng = random.Random(20261202)
+    base = bytes(int_frame(fabric))
+    spine = fabric.pipelines["s1"]
+    forwarded = 0
+    n = 10_000
+    for _ in range(n):
+        frame = bytearray(base)
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randrange(14, len(frame))
+            frame[at] = rng.randrange(256)
+        if rng.random() < 0.2:
+            frame = frame[:rng.randrange(0, len(frame))]
+        result = spine.ingress(bytes(frame), 1)
+        if result is None:
+            continue
+        port, out = result
+        if isinstance(out, IntPending):
+            out = spine.int_engine.egress(out, port, 0)
+            assert int_length(out, 34 + 8) >= FIXED_BYTES + HOP_BYTES  # valid INT leaves valid
+        forwarded += 1
+    dropped = sum(spine.drops.as_dict().values())
+    assert forwarded + dropped == n, (forwarded, spine.drops)
+    assert spine.drops.malformed > 0 and forwarded > 0

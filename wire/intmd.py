@@ -1,0 +1,190 @@
+"""INT v2.1 (INT-MD over TCP/UDP, DSCP-signalled) as StarNet uses it — the one definition of the layout.
+
+Used by the soft switch (push, strip, validate), the collector (decode reports) and the tests, and
+mirrored by p4src/include/headers.p4. Layout (DESIGN.md "INT wire format"), after the L4 header:
+
+    shim (4 B)   type:4=1 | npt:2=0 | r:2 | len:8 (words of MD header + hops) | r:10 | orig DSCP:6
+    MD   (12 B)  ver:4=2 | D:1 | E:1 | M:1 | r:12 | hop_ml:5=8 | remaining_hop_cnt:8
+                 instruction_bitmap:16 | domain_specific_id:16 | ds_instruction:16 | ds_flags:16
+    hop  (32 B)  node_id:32 | ingress_port:16 | egress_port:16 | hop_latency_us:32
+     × n, newest | queue_id:8 | queue_occupancy_pkts:24 | egress_ts_us:64 | tx_bytes:32 | capacity_mbps:32
+     first
+
+Instruction bits are numbered from the MSB, as in the spec. Fields a target cannot fill are all-ones.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from scapy.fields import BitField, ByteField, IntField, LongField, PacketListField, ShortField, XShortField
+from scapy.packet import Packet, bind_layers
+
+DSCP_INT = 0x20
+INT_TYPE_MD = 1
+INT_VERSION = 2
+HOP_WORDS = 8
+MAX_HOPS = 6
+MD_WORDS = 3
+INSTRUCTIONS = 0xF400  # bits 0,1,2,3,5: node id, L1 ports, hop latency, queue id + occupancy, egress ts
+DS_ID = 0x5354  # "ST"
+DS_INSTRUCTIONS = 0xC000  # DS bit 0: egress tx bytes (mod 2^32), bit 1: egress capacity (Mbit/s)
+DS_FLAG_CONGESTED = 0x8000  # DS flags bit 0: some hop saw its queue at or above its ECN threshold
+SHIM_BYTES, MD_BYTES, HOP_BYTES = 4, 12, 32
+FIXED_BYTES = SHIM_BYTES + MD_BYTES
+UNKNOWN32 = 0xFFFFFFFF
+
+_SHIM = struct.Struct("!BBH")
+_MD = struct.Struct("!IHHHH")
+_HOP = struct.Struct("!IHHIIQII")
+
+
+class IntFormatError(ValueError):
+    """Bytes that claim to be INT but are not valid StarNet INT; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class Hop:
+    node_id: int
+    ingress_port: int
+    egress_port: int
+    hop_latency_us: int
+    queue_occupancy_pkts: int
+    egress_ts_us: int
+    tx_bytes: int
+    capacity_mbps: int
+    queue_id: int = 0
+
+    def pack(self) -> bytes:
+        return _HOP.pack(self.node_id, self.ingress_port, self.egress_port, self.hop_latency_us & UNKNOWN32,
+                         (self.queue_id << 24) | (self.queue_occupancy_pkts & 0xFFFFFF),
+                         self.egress_ts_us & 0xFFFFFFFFFFFFFFFF, self.tx_bytes & UNKNOWN32,
+                         self.capacity_mbps & UNKNOWN32)
+
+    @classmethod
+    def unpack(cls, data: bytes, offset: int = 0) -> Hop:
+        node, in_port, out_port, latency, queue, ts, tx, cap = _HOP.unpack_from(data, offset)
+        return cls(node, in_port, out_port, latency, queue & 0xFFFFFF, ts, tx, cap, queue >> 24)
+
+
+@dataclass
+class IntStack:
+    """Shim + MD header + hops (newest first), as found after an L4 header."""
+
+    orig_dscp: int = 0
+    remaining_hop_cnt: int = MAX_HOPS
+    e_flag: bool = False
+    ds_flags: int = 0
+    hops: list[Hop] = field(default_factory=list)
+    instruction_bitmap: int = INSTRUCTIONS
+    ds_instruction: int = DS_INSTRUCTIONS
+    domain_specific_id: int = DS_ID
+
+    @property
+    def congested(self) -> bool:
+        return bool(self.ds_flags & DS_FLAG_CONGESTED)
+
+    @property
+    def length_bytes(self) -> int:
+        return FIXED_BYTES + HOP_BYTES * len(self.hops)
+
+    def pack(self) -> bytes:
+        words = MD_WORDS + HOP_WORDS * len(self.hops)
+        shim = _SHIM.pack(INT_TYPE_MD << 4, words, self.orig_dscp & 0x3F)
+        md = _MD.pack((INT_VERSION << 28) | (int(self.e_flag) << 26) | (HOP_WORDS << 8) | self.remaining_hop_cnt,
+                      self.instruction_bitmap, self.domain_specific_id, self.ds_instruction, self.ds_flags)
+        return shim + md + b"".join(h.pack() for h in self.hops)
+
+
+def int_length(data: bytes, offset: int) -> int:
+    """Bytes of the INT block (shim + MD + hops) starting at `offset`; IntFormatError if not valid.
+
+    Checks what a switch must check before it pushes, strips or reports: type, version, hop
+    metadata length, a whole number of hops within the hop budget, and that it fits the frame."""
+    if len(data) < offset + FIXED_BYTES:
+        raise IntFormatError("INT header runs past the end of the frame")
+    type_byte, words, _ = _SHIM.unpack_from(data, offset)
+    if type_byte >> 4 != INT_TYPE_MD:
+        raise IntFormatError(f"INT shim type {type_byte >> 4}, expected {INT_TYPE_MD} (MD)")
+    word0 = _MD.unpack_from(data, offset + SHIM_BYTES)[0]
+    if word0 >> 28 != INT_VERSION:
+        raise IntFormatError(f"INT version {word0 >> 28}, expected {INT_VERSION}")
+    if (word0 >> 8) & 0x1F != HOP_WORDS:
+        raise IntFormatError(f"INT hop metadata length {(word0 >> 8) & 0x1F} words, expected {HOP_WORDS}")
+    if words < MD_WORDS or (words - MD_WORDS) % HOP_WORDS:
+        raise IntFormatError(f"INT length {words} words is not the MD header plus whole hops")
+    hops = (words - MD_WORDS) // HOP_WORDS
+    if hops + (word0 & 0xFF) > MAX_HOPS:
+        raise IntFormatError(f"INT carries {hops} hops with {word0 & 0xFF} remaining: over the {MAX_HOPS}-hop budget")
+    length = SHIM_BYTES + 4 * words
+    if len(data) < offset + length:
+        raise IntFormatError(f"INT length {length} B runs past the end of the frame")
+    return length
+
+
+def parse(data: bytes, offset: int = 0) -> IntStack:
+    """Decode the INT block at `offset` (validated as by int_length)."""
+    length = int_length(data, offset)
+    _, words, dscp_field = _SHIM.unpack_from(data, offset)
+    word0, bitmap, ds_id, ds_instruction, ds_flags = _MD.unpack_from(data, offset + SHIM_BYTES)
+    hops = [Hop.unpack(data, offset + FIXED_BYTES + HOP_BYTES * i) for i in range((length - FIXED_BYTES) // HOP_BYTES)]
+    return IntStack(orig_dscp=dscp_field & 0x3F, remaining_hop_cnt=word0 & 0xFF, e_flag=bool(word0 >> 26 & 1),
+                    ds_flags=ds_flags, hops=hops, instruction_bitmap=bitmap, ds_instruction=ds_instruction,
+                    domain_specific_id=ds_id)
+
+
+def l4_header_length(frame: bytes, l4: int, proto: int) -> int:
+    """Length of the TCP (data offset) or UDP (8) header at frame offset `l4`."""
+    if proto == 17:
+        return 8
+    return (frame[l4 + 12] >> 4) * 4
+
+
+# ---- scapy layers: pkt.show() explains INT bytes ------------------------------------------------
+class IntHopLayer(Packet):
+    name = "INT hop"
+    fields_desc = [
+        IntField("node_id", 0), ShortField("ingress_port", 0), ShortField("egress_port", 0),
+        IntField("hop_latency_us", 0), ByteField("queue_id", 0), BitField("queue_occupancy_pkts", 0, 24),
+        LongField("egress_ts_us", 0), IntField("tx_bytes", 0), IntField("capacity_mbps", 0),
+    ]
+
+    def extract_padding(self, s):
+        return b"", s
+
+
+class IntMdLayer(Packet):
+    name = "INT-MD header"
+    fields_desc = [
+        BitField("ver", INT_VERSION, 4), BitField("d", 0, 1), BitField("e", 0, 1), BitField("m", 0, 1),
+        BitField("rsvd", 0, 12), BitField("hop_ml", HOP_WORDS, 5), ByteField("remaining_hop_cnt", MAX_HOPS),
+        XShortField("instruction_bitmap", INSTRUCTIONS), XShortField("domain_specific_id", DS_ID),
+        XShortField("ds_instruction", DS_INSTRUCTIONS), XShortField("ds_flags", 0),
+        PacketListField("hops", [], IntHopLayer,
+                        count_from=lambda pkt: max(0, ((pkt.underlayer.len if pkt.underlayer else MD_WORDS)
+                                                       - MD_WORDS) // HOP_WORDS)),
+    ]
+
+
+class IntShimLayer(Packet):
+    name = "INT shim (TCP/UDP)"
+    fields_desc = [
+        BitField("int_type", INT_TYPE_MD, 4), BitField("npt", 0, 2), BitField("rsvd", 0, 2),
+        ByteField("len", MD_WORDS), BitField("rsvd2", 0, 10), BitField("orig_dscp", 0, 6),
+    ]
+
+
+bind_layers(IntShimLayer, IntMdLayer)
+
+
+def dissect_int(packet: Packet) -> Packet:
+    """Re-dissect the L4 payload of a scapy IP packet as INT when its DSCP says INT is present."""
+    from scapy.layers.inet import IP, TCP, UDP
+
+    if IP in packet and packet[IP].tos >> 2 == DSCP_INT:
+        for l4 in (UDP, TCP):
+            if l4 in packet and packet[l4].payload:
+                packet[l4].payload = IntShimLayer(bytes(packet[l4].payload))
+                break
+    return packet
