@@ -12,6 +12,9 @@ receiver does not own, so it drops them right after counting). Then the same two
 Linux bridge and measured the same way. Everything created is recorded in a run directory and
 removed at the end (also by `make clean` if this is killed).
 
+Then INT is switched on for every packet (source on port 1, sink with reports on port 2) and the
+soft switch is measured again: the cost of INT.
+
 Sizes are Ethernet frames without FCS: 60 is the 64 B minimum frame, 1514 a 1500 B IP packet.
 """
 
@@ -170,6 +173,23 @@ async def program(address: str) -> None:
     await session.close()
 
 
+async def enable_int(address: str) -> None:
+    """INT on every packet: the sender's port is host-facing (source), the receiver's a sink that
+    strips INT and reports to the CPU port (rate-limited per flow, as in the testbed)."""
+    schema = P4Schema.load()
+    session = SwitchSession("bench", address, 1, schema)
+    await session.connect()
+    await session.write([
+        ent.insert(ent.table_entry(schema, "StarIngress.int_source", {"hdr.ipv4.protocol": (17, 0xFF)},
+                                   action_call=ent.action(schema, "StarIngress.int_watch", sample_log2=0),
+                                   priority=1)),
+        ent.insert(ent.table_entry(schema, "StarIngress.int_sink", {"standard_metadata.egress_spec": 2},
+                                   action_call=ent.action(schema, "StarIngress.set_int_sink"))),
+        ent.insert(ent.clone_session(500, 255, 512)),
+    ])
+    await session.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per point")
@@ -190,6 +210,10 @@ def main() -> int:
             for size in sizes:
                 console.log(f"soft switch, {size + 4} B frames, {args.seconds:.0f} s ...")
                 results.append({"size": size, "soft": bench.measure(size, SWITCH_MAC)})
+            asyncio.run(enable_int(switch.grpc_address))
+            for result in results:
+                console.log(f"soft switch with INT on every packet, {result['size'] + 4} B frames ...")
+                result["soft_int"] = bench.measure(result["size"], SWITCH_MAC)
         finally:
             switch.stop()
         bench.start_bridge()
@@ -202,13 +226,15 @@ def main() -> int:
     finally:
         bench.destroy()
     table = Table(title="soft switch vs Linux bridge (one process, full pipeline, no rate limit)")
-    for column in ("frame", "offered kpps", "soft switch kpps", "soft Mbit/s", "bridge kpps", "soft / bridge"):
+    for column in ("frame", "offered kpps", "soft switch kpps", "soft Mbit/s", "bridge kpps", "soft / bridge",
+                   "with INT kpps", "INT / no INT"):
         table.add_column(column, justify="right")
     for r in results:
         soft, bridge = r["soft"], r["bridge"]
         table.add_row(f"{r['size'] + 4} B", f"{soft['offered_kpps']:.0f}", f"{soft['kpps']:.1f}",
                       f"{soft['kpps'] * 1e3 * (r['size'] + 4) * 8 / 1e6:.0f}", f"{bridge['kpps']:.1f}",
-                      f"{soft['kpps'] / bridge['kpps']:.2f}" if bridge["kpps"] else "n/a")
+                      f"{soft['kpps'] / bridge['kpps']:.2f}" if bridge["kpps"] else "n/a",
+                      f"{r['soft_int']['kpps']:.1f}", f"{r['soft_int']['kpps'] / soft['kpps']:.2f}")
     console.print(table)
     (run_dir / "results.json").write_text(json.dumps(results, indent=2))
     console.log(f"results in {run_dir / 'results.json'}")

@@ -177,12 +177,19 @@ class Pipeline:
         check = (check + (check >> 16)) & 0xFFFF
         out[24] = check >> 8
         out[25] = check & 0xFF
+        if frame[15] >= 0x80 or sample_log2 >= 0:  # DSCP >= 0x20, or a watched flow: maybe INT
+            return self._int_ingress(out, frame, in_port, port, sample_log2, sink, key)
+        return port, out
+
+    def _int_ingress(self, out: bytearray, frame: bytes, in_port: int, port: int, sample_log2: int, sink: bool,
+                     key: tuple) -> tuple[int, bytearray | IntPending] | None:
         proto = key[1]
-        if (proto == 6 or proto == 17) and frame[14] == 0x45:
-            if frame[15] >> 2 == DSCP_INT:
-                return self._int_transit(out, in_port, port, sink, key)
-            if sample_log2 >= 0 and not self.rng.getrandbits(16) & ((1 << sample_log2) - 1):
-                return self._int_source(out, in_port, port, sink, key)
+        if (proto != 6 and proto != 17) or frame[14] != 0x45:
+            return port, out  # INT rides on TCP/UDP without IPv4 options only
+        if frame[15] >> 2 == DSCP_INT:
+            return self._int_transit(out, in_port, port, sink, key)
+        if sample_log2 >= 0 and not self.rng.getrandbits(16) & ((1 << sample_log2) - 1):
+            return self._int_source(out, in_port, port, sink, key)
         return port, out
 
     def _int_transit(self, out: bytearray, in_port: int, port: int, sink: bool,
