@@ -22,6 +22,7 @@ from pathlib import Path
 from controller import entities as ent
 from controller.p4rt_client import SwitchError, SwitchSession
 from controller.routing import ROLE_HOST, compute_routes, port_configs
+from controller.telemetry import Collector
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology, load_topology
 from wire.p4info import DEFAULT_P4INFO, P4Schema
@@ -33,6 +34,8 @@ SELECTOR = "StarIngress.ecmp_selector"
 REPORT_SESSION = 500  # p4src/include/headers.p4: clone session of INT reports
 REPORT_TRUNCATE_BYTES = 512  # a report needs the headers and the INT stack, not the payload
 CPU_PORT = 255
+INT_SAMPLE_LOG2 = 3  # INT on 1 in 8 packets of every host TCP/UDP flow
+REASON_INT_REPORT = 1
 
 
 def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: str,
@@ -43,6 +46,10 @@ def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: 
                                      ent.action(schema, "StarEgress.set_node_id", id=plan.switches[switch].device_id))),
         ent.insert(ent.clone_session(REPORT_SESSION, CPU_PORT, REPORT_TRUNCATE_BYTES)),
     ]
+    for proto in (6, 17):
+        updates.append(ent.insert(ent.table_entry(
+            schema, "StarIngress.int_source", {"hdr.ipv4.protocol": (proto, 0xFF)},
+            action_call=ent.action(schema, "StarIngress.int_watch", sample_log2=INT_SAMPLE_LOG2), priority=1)))
     for pc in port_configs(topo, switch):
         if pc.role == ROLE_HOST:
             updates.append(ent.insert(ent.table_entry(
@@ -93,6 +100,8 @@ class Controller:
         self.sessions: dict[str, SwitchSession] = {}
         self.stopping = asyncio.Event()
         self.packet_ins = 0
+        self.collector = Collector({self.plan.switches[s.name].device_id: s.name for s in self.topo.switches},
+                                   series=run_dir / "telemetry.csv")
 
     def _schema(self, name: str) -> P4Schema:
         """The P4Info this switch runs: p4c's output for BMv2, else the committed one."""
@@ -133,7 +142,11 @@ class Controller:
             try:
                 packet = await asyncio.wait_for(session.packet_ins.get(), 0.5)
                 self.packet_ins += 1
-                log.debug("%s packet-in %s", name, session.packet_in_fields(packet))
+                fields = session.packet_in_fields(packet)
+                if fields.get("reason") == REASON_INT_REPORT:
+                    self.collector.feed(packet.payload)
+                else:
+                    log.debug("%s packet-in %s", name, fields)
                 continue
             except asyncio.TimeoutError:
                 pass
@@ -152,14 +165,22 @@ class Controller:
                 self.sessions[name] = fresh
                 await asyncio.sleep(1.0)
 
+    async def _age_telemetry(self) -> None:
+        while not self.stopping.is_set():
+            await asyncio.sleep(1.0)
+            self.collector.expire()
+            self.collector.flush()
+
     async def run(self) -> None:
         await self.start()
         watchers = [asyncio.create_task(self._watch(n)) for n in self.sessions]
+        watchers.append(asyncio.create_task(self._age_telemetry()))
         await self.stopping.wait()
         for task in watchers:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
         await asyncio.gather(*(s.close() for s in self.sessions.values()), return_exceptions=True)
+        self.collector.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,9 +37,9 @@ class Fabric:
             state = RuntimeState(schema)
             for update in switch_program(schema, self.topo, self.plan, sw.name, routes[sw.name]):
                 state.apply(update)
-            if sw.name in ("s3", "s4"):  # watch every UDP and TCP flow from hosts, every packet
+            if sw.name in ("s3", "s4"):  # INT on every packet (the controller samples 1 in 8)
                 for proto in (6, 17):
-                    state.apply(ent.insert(ent.table_entry(
+                    state.apply(ent.modify(ent.table_entry(
                         schema, "StarIngress.int_source", {"hdr.ipv4.protocol": (proto, 0xFF)},
                         action_call=ent.action(schema, "StarIngress.int_watch", sample_log2=0), priority=1)))
             pipeline = Pipeline(state)

@@ -1,0 +1,142 @@
+"""The INT collector: reports (PacketIns with reason INT_REPORT) → per-(switch, egress port) state.
+
+Each hop of a report says, for one switch egress port: queue occupancy (packets), hop latency
+(µs), and the port's cumulative tx bytes (mod 2^32) at a switch-local egress timestamp (µs).
+The tx rate is the wrap-safe byte delta over the timestamp delta of two reports for the same
+port; utilisation is that rate over the port's capacity. State older than `max_age_s` is dropped.
+Every update is appended to a CSV time series in the run directory.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wire.intmd import DSCP_INT, UNKNOWN32, IntFormatError, IntStack, l4_header_length, parse
+
+MIN_RATE_INTERVAL_US = 1000  # shorter gaps give a noisy rate: keep the last one
+SERIES_FIELDS = ["time", "switch", "port", "queue_pkts", "hop_latency_us", "tx_rate_mbps", "utilisation"]
+
+
+@dataclass
+class PortState:
+    switch: str
+    port: int
+    queue_pkts: int = 0
+    hop_latency_us: int = 0
+    capacity_mbps: int = 0
+    tx_rate_mbps: float | None = None
+    updated: float = 0.0
+    _tx_bytes: int | None = field(default=None, repr=False)
+    _ts_us: int | None = field(default=None, repr=False)
+
+    @property
+    def utilisation(self) -> float | None:
+        if self.tx_rate_mbps is None or not self.capacity_mbps or self.capacity_mbps == UNKNOWN32:
+            return None
+        return self.tx_rate_mbps / self.capacity_mbps
+
+
+@dataclass(frozen=True)
+class FlowPath:
+    """The last path a flow's INT showed: (switch, ingress port, egress port) from source to sink."""
+
+    hops: tuple[tuple[str, int, int], ...]
+    updated: float
+
+
+class Collector:
+    """node_names: INT node id → switch name; series: CSV path for the time series (None = off)."""
+
+    def __init__(self, node_names: dict[int, str], series: Path | None = None, max_age_s: float = 5.0) -> None:
+        self.node_names = node_names
+        self.max_age_s = max_age_s
+        self.ports: dict[tuple[str, int], PortState] = {}
+        self.flows: dict[tuple[str, str, int, int, int], FlowPath] = {}
+        self.reports = 0
+        self.bad_reports = 0
+        self._series = None
+        self._writer = None
+        if series is not None:
+            new = not series.exists()
+            self._series = series.open("a", newline="")
+            self._writer = csv.writer(self._series)
+            if new:
+                self._writer.writerow(SERIES_FIELDS)
+
+    def feed(self, frame: bytes, now: float | None = None) -> IntStack | None:
+        """Take one report (an Ethernet frame with INT); return its stack, None if it was not valid INT."""
+        now = time.monotonic() if now is None else now
+        try:
+            stack, flow = decode_report(frame)
+        except (IntFormatError, IndexError, ValueError):
+            self.bad_reports += 1
+            return None
+        self.reports += 1
+        path = []
+        for hop in stack.hops:
+            switch = self.node_names.get(hop.node_id, f"node{hop.node_id}")
+            path.append((switch, hop.ingress_port, hop.egress_port))
+            self._update_port(switch, hop, now)
+        self.flows[flow] = FlowPath(tuple(reversed(path)), now)
+        return stack
+
+    def _update_port(self, switch: str, hop, now: float) -> None:
+        key = (switch, hop.egress_port)
+        state = self.ports.get(key)
+        if state is None:
+            state = self.ports[key] = PortState(switch, hop.egress_port)
+        if hop.queue_occupancy_pkts != 0xFFFFFF:
+            state.queue_pkts = hop.queue_occupancy_pkts
+        if hop.hop_latency_us != UNKNOWN32:
+            state.hop_latency_us = hop.hop_latency_us
+        state.capacity_mbps = hop.capacity_mbps
+        if state._ts_us is not None and hop.egress_ts_us > state._ts_us:
+            interval = hop.egress_ts_us - state._ts_us
+            if interval >= MIN_RATE_INTERVAL_US:
+                sent = (hop.tx_bytes - state._tx_bytes) % (1 << 32)  # wrap-safe
+                state.tx_rate_mbps = sent * 8 / interval  # bytes per µs × 8 = Mbit/s
+                state._tx_bytes, state._ts_us = hop.tx_bytes, hop.egress_ts_us
+        else:
+            state._tx_bytes, state._ts_us = hop.tx_bytes, hop.egress_ts_us
+        state.updated = now
+        if self._writer is not None:
+            self._writer.writerow([f"{time.time():.6f}", switch, hop.egress_port, state.queue_pkts,
+                                   state.hop_latency_us,
+                                   "" if state.tx_rate_mbps is None else f"{state.tx_rate_mbps:.3f}",
+                                   "" if state.utilisation is None else f"{state.utilisation:.4f}"])
+
+    def expire(self, now: float | None = None) -> int:
+        """Drop state not refreshed within max_age_s; return how many entries went."""
+        now = time.monotonic() if now is None else now
+        stale = [k for k, s in self.ports.items() if now - s.updated > self.max_age_s]
+        for key in stale:
+            del self.ports[key]
+        old_flows = [k for k, f in self.flows.items() if now - f.updated > self.max_age_s]
+        for key in old_flows:
+            del self.flows[key]
+        return len(stale) + len(old_flows)
+
+    def flush(self) -> None:
+        if self._series is not None:
+            self._series.flush()
+
+    def close(self) -> None:
+        if self._series is not None:
+            self._series.close()
+            self._series = self._writer = None
+
+
+def decode_report(frame: bytes) -> tuple[IntStack, tuple[str, str, int, int, int]]:
+    """The INT stack and 5-tuple of a report frame (Ethernet / IPv4 / TCP|UDP / INT ...)."""
+    if frame[12:14] != b"\x08\x00" or frame[14] != 0x45 or frame[15] >> 2 != DSCP_INT:
+        raise IntFormatError("report is not an IPv4 frame carrying INT")
+    proto = frame[23]
+    if proto not in (6, 17):
+        raise IntFormatError(f"report carries IP protocol {proto}, not TCP or UDP")
+    src = ".".join(str(b) for b in frame[26:30])
+    dst = ".".join(str(b) for b in frame[30:34])
+    sport, dport = int.from_bytes(frame[34:36], "big"), int.from_bytes(frame[36:38], "big")
+    return parse(frame, 34 + l4_header_length(frame, 34, proto)), (src, dst, proto, sport, dport)

@@ -1,0 +1,61 @@
+"""The INT collector: reports → per-port queue, latency, wrap-safe tx rate, utilisation, flow paths."""
+
+from __future__ import annotations
+
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from controller.telemetry import Collector, decode_report
+from tests.unit.test_int import Fabric, frame_from
+from wire.intmd import DSCP_INT, Hop, IntStack
+
+
+def report(hops: list[Hop], sport: int = 4000) -> bytes:
+    stack = IntStack(orig_dscp=0, remaining_hop_cnt=6 - len(hops), hops=hops)
+    return bytes(Ether() / IP(src="10.0.3.1", dst="10.0.4.1", tos=DSCP_INT << 2) / UDP(sport=sport, dport=5000)
+                 / (stack.pack() + b"payload"))
+
+
+def hop(node: int, port: int, tx_bytes: int, ts_us: int, queue: int = 0, latency: int = 50) -> Hop:
+    return Hop(node, 1, port, latency, queue, ts_us, tx_bytes, 20)
+
+
+def test_reports_from_the_fabric_give_the_flow_path_and_port_state(tmp_path):
+    fabric = Fabric()
+    fabric.carry(frame_from(fabric, "h1", "h5", UDP(sport=4000, dport=5000)), "h1")
+    (_, _, _, frame), = fabric.reports
+    names = {address.device_id: name for name, address in fabric.plan.switches.items()}
+    collector = Collector(names, series=tmp_path / "telemetry.csv")
+    stack = collector.feed(frame)
+    assert stack is not None and len(stack.hops) == 3
+    path = collector.flows[("10.0.3.1", "10.0.4.1", 17, 4000, 5000)].hops
+    assert [p[0] for p in path][0] == "s3" and path[-1] == ("s4", 5 if path[1][2] == 1 else 6, 1)
+    assert ("s4", 1) in collector.ports and collector.ports[("s4", 1)].capacity_mbps == 20
+    collector.close()
+    assert (tmp_path / "telemetry.csv").read_text().count("\n") == 1 + 3
+
+
+def test_tx_rate_is_wrap_safe_and_utilisation_uses_capacity():
+    collector = Collector({7: "s7"})
+    start = (1 << 32) - 50_000  # the byte counter wraps between the two reports
+    collector.feed(report([hop(7, 3, start, 1_000_000)]))
+    assert collector.ports[("s7", 3)].tx_rate_mbps is None
+    collector.feed(report([hop(7, 3, (start + 250_000) % (1 << 32), 1_100_000, queue=12)]))
+    state = collector.ports[("s7", 3)]
+    assert abs(state.tx_rate_mbps - 20.0) < 1e-9  # 250 kB in 100 ms
+    assert abs(state.utilisation - 1.0) < 1e-9 and state.queue_pkts == 12
+
+
+def test_state_ages_out_and_bad_reports_are_counted():
+    collector = Collector({7: "s7"}, max_age_s=1.0)
+    collector.feed(report([hop(7, 3, 0, 10)]), now=100.0)
+    assert collector.feed(b"\x00" * 60) is None and collector.bad_reports == 1
+    truncated = report([hop(7, 3, 0, 10)])[:60]
+    assert collector.feed(truncated) is None and collector.bad_reports == 2
+    assert collector.expire(now=100.5) == 0
+    assert collector.expire(now=101.5) == 2 and not collector.ports and not collector.flows
+
+
+def test_decode_report_reads_the_five_tuple():
+    stack, flow = decode_report(report([hop(1, 2, 3, 4)], sport=4242))
+    assert flow == ("10.0.3.1", "10.0.4.1", 17, 4242, 5000) and stack.hops[0].tx_bytes == 3
