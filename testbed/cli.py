@@ -6,6 +6,7 @@ from __future__ import annotations
 from mininet.cli import CLI
 
 from testbed.net import Testbed
+from testbed.traffic import iperf3_tcp
 
 
 def banner(tb: Testbed) -> str:
@@ -33,6 +34,28 @@ class StarNetCLI(CLI):
     def preloop(self) -> None:
         self.stdout.write(banner(self.tb))
         super().preloop()
+
+    def do_iperf(self, line: str) -> None:
+        """iperf [client server] [seconds]: one iperf3 TCP flow (default: first host to last), in Mbit/s."""
+        args = line.split()
+        hosts = self.mn.hosts
+        names = args[:2] if len(args) >= 2 else [hosts[0].name, hosts[-1].name]
+        seconds = int(args[2]) if len(args) > 2 and args[2].isdigit() else 5
+        try:
+            client, server = (self.mn.get(n) for n in names)
+        except KeyError as exc:
+            self.stdout.write(f"unknown host {exc}\n")
+            return
+        if client is None or server is None:
+            self.stdout.write(f"unknown host in {' '.join(names)}\n")
+            return
+        self.stdout.write(f"*** iperf3: TCP {client.name} -> {server.name} for {seconds} s\n")
+        try:
+            received, sent = iperf3_tcp(client, server, seconds)
+        except RuntimeError as exc:
+            self.stdout.write(f"{exc}\n")
+            return
+        self.stdout.write(f"*** Results: {received:.2f} Mbit/s received, {sent:.2f} Mbit/s sent\n")
 
     def do_switches(self, line: str) -> None:
         """switches: each P4 switch with its device id, P4Runtime address and process state."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -27,15 +26,6 @@ UDP_SENDER = Path(__file__).with_name("udp_sender.py")
 
 def send_udp(host, dst_ip: str, sport: int, count: int) -> None:
     host.cmd(f"{sys.executable} {UDP_SENDER} {dst_ip} {sport} {count}")
-
-
-def iperf3_tcp(client, server, seconds: int = 5) -> float:
-    """Receiver-side goodput in Mbit/s of one iperf3 TCP flow client → server."""
-    server.cmd("iperf3 -s -1 -D -p 5201 --logfile /dev/null")
-    time.sleep(0.5)
-    out = client.cmd(f"iperf3 -c {server.IP()} -p 5201 -t {seconds} -J")
-    result = json.loads(out[out.index("{"):])
-    return result["end"]["sum_received"]["bits_per_second"] / 1e6
 
 
 def wait_until(predicate, timeout_s: float = 5.0, interval_s: float = 0.1) -> bool:

@@ -35,6 +35,10 @@ def test_cli_pingall_and_queues_through_a_tty():
         child.sendline("queues s3")
         child.expect(r"port +5 s3-eth5")
         child.expect_exact("mininet> ")
+        child.sendline("iperf h1 h5 3")
+        child.expect(r"Results: ([\d.]+) Mbit/s received", timeout=30)
+        assert float(child.match.group(1)) >= 15, child.match.group(0)
+        child.expect_exact("mininet> ")
         child.sendline("exit")
         child.expect(pexpect.EOF, timeout=30)
     finally:

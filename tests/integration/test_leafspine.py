@@ -10,7 +10,8 @@ from controller.routing import compute_routes
 from softswitch.pipeline import ecmp_hash
 from testbed.net import Testbed
 from testbed.rundir import process_start_time
-from tests.integration.helpers import iperf3_tcp, links_named, pid_alive, send_udp, wait_until
+from testbed.traffic import iperf3_tcp
+from tests.integration.helpers import links_named, pid_alive, send_udp, wait_until
 from topologies import leafspine
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
@@ -63,7 +64,7 @@ def test_ecmp_spreads_flows_over_both_spines(fabric):
 
 def test_tcp_reaches_90_percent_of_bottleneck_and_queue_is_in_switch(fabric):
     h1, h5 = fabric.host("h1"), fabric.host("h5")
-    mbps = iperf3_tcp(h1, h5, seconds=6)
+    mbps, _ = iperf3_tcp(h1, h5, seconds=6)
     assert mbps >= 0.9 * 20, f"iperf3 TCP reached {mbps:.2f} Mbit/s of a 20 Mbit/s bottleneck"
     assert wait_until(lambda: max_queue(fabric, "s3") > 0, 2.0)
     stats = fabric.switch_stats("s3")
