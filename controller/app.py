@@ -22,6 +22,7 @@ from pathlib import Path
 from controller import entities as ent
 from controller.p4rt_client import SwitchError, SwitchSession
 from controller.routing import ROLE_HOST, compute_routes, port_configs
+from controller.service import start_server
 from controller.telemetry import Collector
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology, load_topology
@@ -172,6 +173,7 @@ class Controller:
             self.collector.flush()
 
     async def run(self) -> None:
+        server = await start_server(self.run_dir, self.collector)
         await self.start()
         watchers = [asyncio.create_task(self._watch(n)) for n in self.sessions]
         watchers.append(asyncio.create_task(self._age_telemetry()))
@@ -180,6 +182,7 @@ class Controller:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
         await asyncio.gather(*(s.close() for s in self.sessions.values()), return_exceptions=True)
+        await server.stop(0.5)
         self.collector.close()
 
 

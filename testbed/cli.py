@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import grpc
 from mininet.cli import CLI
 
 from testbed.net import Testbed
@@ -17,7 +18,7 @@ def banner(tb: Testbed) -> str:
         f"programmed over P4Runtime by the controller",
         f"  run directory: {tb.run_dir}",
         "  logs: switches/<name>.log, controller.log, p4runtime-requests.log",
-        "  try: pingall | iperf h1 h8 | h1 ping -c3 h8 | switches | queues s3 | help | exit",
+        "  try: pingall | iperf h1 h8 | h1 ping -c3 h8 | switches | queues s3 | int s3 | help | exit",
     ]
     return "\n".join(lines) + "\n"
 
@@ -56,6 +57,39 @@ class StarNetCLI(CLI):
             self.stdout.write(f"{exc}\n")
             return
         self.stdout.write(f"*** Results: {received:.2f} Mbit/s received, {sent:.2f} Mbit/s sent\n")
+
+    def do_int(self, line: str) -> None:
+        """int [switch[:port]]: INT telemetry from the controller's collector — per-port utilisation,
+        rate, queue and hop latency, and the last path each flow took."""
+        from controller.service import get_state
+
+        switch, _, port = (line.split() or [""])[0].partition(":")
+        if switch and switch not in self.tb.switches:
+            self.stdout.write(f"unknown switch {switch!r}\n")
+            return
+        if port and not port.isdigit():
+            self.stdout.write(f"bad port {port!r}: int [switch[:port]]\n")
+            return
+        try:
+            state = get_state(self.tb.run_dir, switch, int(port or 0), include_flows=True)
+        except (OSError, grpc.RpcError) as exc:
+            self.stdout.write(f"controller not reachable: {exc}\n")
+            return
+        self.stdout.write(f"{state.reports} INT reports ({state.bad_reports} malformed)\n")
+        if not state.ports:
+            self.stdout.write("no telemetry yet (INT starts on 1 in 8 packets of host TCP/UDP flows)\n")
+        else:
+            self.stdout.write("switch port   util  Mbit/s  queue  latency_us  age_s\n")
+        for p in state.ports:
+            util = f"{p.utilisation:5.2f}" if p.has_rate else "    -"
+            rate = f"{p.tx_rate_mbps:6.1f}" if p.has_rate else "     -"
+            self.stdout.write(f"{p.switch:6} {p.port:>4}  {util}  {rate}  {p.queue_pkts:>5}  {p.hop_latency_us:>10}"
+                              f"  {p.age_s:5.1f}\n")
+        for f in state.flows:
+            proto = {6: "tcp", 17: "udp"}.get(f.protocol, str(f.protocol))
+            path = " ".join(f"{h.switch}[{h.ingress_port}->{h.egress_port}]" for h in f.hops)
+            self.stdout.write(f"  {proto} {f.src}:{f.src_port} -> {f.dst}:{f.dst_port}  {path}"
+                              f"  ({f.age_s:.1f} s ago)\n")
 
     def do_switches(self, line: str) -> None:
         """switches: each P4 switch with its device id, P4Runtime address and process state."""
