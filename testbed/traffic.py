@@ -4,6 +4,22 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
+
+
+def _start_server(server, port: int) -> None:
+    server.cmd(f"iperf3 -s -1 -D -p {port} --logfile /dev/null")
+    deadline = time.monotonic() + 5
+    while f":{port}" not in server.cmd(f"ss -ltnH 'sport = :{port}'") and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _rates(out: str, what: str) -> tuple[float, float]:
+    try:
+        end = json.loads(out[out.index("{"):])["end"]
+        return end["sum_received"]["bits_per_second"] / 1e6, end["sum_sent"]["bits_per_second"] / 1e6
+    except (ValueError, KeyError) as exc:
+        raise RuntimeError(f"iperf3 {what} failed: {out.strip()[-300:]}") from exc
 
 
 def iperf3_tcp(client, server, seconds: int = 5, port: int = 5201) -> tuple[float, float]:
@@ -11,13 +27,27 @@ def iperf3_tcp(client, server, seconds: int = 5, port: int = 5201) -> tuple[floa
 
     iperf3 rather than Mininet's iperf: Mininet waits for an iperf 2 report on its telnet probe,
     which iperf 2.1 (Debian 12) does not print, so `iperf` in the stock CLI never returns."""
-    server.cmd(f"iperf3 -s -1 -D -p {port} --logfile /dev/null")
-    deadline = time.monotonic() + 5
-    while f":{port}" not in server.cmd(f"ss -ltnH 'sport = :{port}'") and time.monotonic() < deadline:
-        time.sleep(0.1)
+    _start_server(server, port)
     out = client.cmd(f"iperf3 -c {server.IP()} -p {port} -t {seconds} -J")
-    try:
-        end = json.loads(out[out.index("{"):])["end"]
-        return end["sum_received"]["bits_per_second"] / 1e6, end["sum_sent"]["bits_per_second"] / 1e6
-    except (ValueError, KeyError) as exc:
-        raise RuntimeError(f"iperf3 {client.name} -> {server.name} failed: {out.strip()[-300:]}") from exc
+    return _rates(out, f"{client.name} -> {server.name}")
+
+
+def iperf3_parallel(pairs, seconds: int, out_dir: Path, base_port: int = 5301) -> list[tuple[float, float]]:
+    """Several iperf3 TCP flows at once, one per (client, server) pair; their rates as iperf3_tcp's."""
+    outputs = []
+    for i, (_, server) in enumerate(pairs):
+        _start_server(server, base_port + i)
+    for i, (client, server) in enumerate(pairs):
+        path = out_dir / f"iperf3-{client.name}-{server.name}.json"
+        client.cmd(f"iperf3 -c {server.IP()} -p {base_port + i} -t {seconds} -J > {path} 2>&1 &")
+        outputs.append((path, f"{client.name} -> {server.name}"))
+    deadline = time.monotonic() + seconds + 15
+    results = []
+    for path, what in outputs:
+        while time.monotonic() < deadline:
+            text = path.read_text() if path.exists() else ""
+            if text.rstrip().endswith("}"):
+                break
+            time.sleep(0.2)
+        results.append(_rates(path.read_text(), what))
+    return results
