@@ -39,6 +39,11 @@ def test_cli_pingall_and_queues_through_a_tty():
         child.expect(r"Results: ([\d.]+) Mbit/s received", timeout=30)
         assert float(child.match.group(1)) >= 15, child.match.group(0)
         child.expect_exact("mininet> ")
+        child.sendline("int s3")  # the flow just measured left INT reports: s3's uplink is in them
+        child.expect(r"(\d+) INT reports")
+        assert int(child.match.group(1)) > 0
+        child.expect(r"s3 +[56] +(\d\.\d\d)")
+        child.expect_exact("mininet> ")
         child.sendline("exit")
         child.expect(pexpect.EOF, timeout=30)
     finally:
