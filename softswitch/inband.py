@@ -11,11 +11,15 @@ lengths, so the destination receives the bytes that were sent.
 
 from __future__ import annotations
 
+import struct
 import time
 import zlib
 from collections.abc import Callable
 
-from wire.intmd import DSCP_INT, FIXED_BYTES, HOP_BYTES, HOP_WORDS, UNKNOWN32, Hop, IntStack
+from wire.intmd import DSCP_INT, FIXED_BYTES, HOP_BYTES, HOP_STRUCT, HOP_WORDS, UNKNOWN32, IntStack
+
+_HOP = HOP_STRUCT
+_WORDS20 = struct.Struct("!10H")
 
 REASON_INT_REPORT = 1
 REPORT_SESSION = 500
@@ -48,35 +52,48 @@ class IntPending:
 def ipv4_checksum(frame: bytearray) -> None:
     """Recompute the IPv4 header checksum of an Ethernet frame (20-byte header) in place."""
     frame[24] = frame[25] = 0
-    total = 0
-    for i in range(14, 34, 2):
-        total += (frame[i] << 8) | frame[i + 1]
+    total = sum(_WORDS20.unpack_from(frame, 14))
     total = (total & 0xFFFF) + (total >> 16)
     total = (total & 0xFFFF) + (total >> 16)
     check = ~total & 0xFFFF
     frame[24], frame[25] = check >> 8, check & 0xFF
 
 
+def _set_word(frame: bytearray, offset: int, new: int) -> None:
+    """Write the 16-bit word at `offset` of the IPv4 header, updating its checksum (RFC 1624)."""
+    old = (frame[offset] << 8) | frame[offset + 1]
+    check = (~((frame[24] << 8) | frame[25]) & 0xFFFF) + (~old & 0xFFFF) + new
+    check = (check & 0xFFFF) + (check >> 16)
+    check = ~((check & 0xFFFF) + (check >> 16)) & 0xFFFF
+    frame[offset], frame[offset + 1] = new >> 8, new & 0xFF
+    frame[24], frame[25] = check >> 8, check & 0xFF
+
+
 def _grow_lengths(frame: bytearray, delta: int) -> None:
-    total = ((frame[16] << 8) | frame[17]) + delta
-    frame[16], frame[17] = (total >> 8) & 0xFF, total & 0xFF
+    _set_word(frame, 16, (((frame[16] << 8) | frame[17]) + delta) & 0xFFFF)
     if frame[23] == 17:
         udp_len = ((frame[38] << 8) | frame[39]) + delta
         frame[38], frame[39] = (udp_len >> 8) & 0xFF, udp_len & 0xFF
+
+
+def _set_tos(frame: bytearray, tos: int) -> None:
+    _set_word(frame, 14, (frame[14] << 8) | tos)
 
 
 def flow_slot(addrs_ports: bytes, proto: int) -> int:
     return zlib.crc32(addrs_ports + bytes((proto,))) % REPORT_FLOW_SLOTS
 
 
+_SOURCE_BLOCK = IntStack(orig_dscp=0).pack()
+
+
 def insert_source_header(frame: bytearray, int_off: int) -> bytearray:
     """Shim + MD header (no hops yet) after the L4 header; DSCP := INT, original DSCP in the shim."""
     dscp = frame[15] >> 2
-    block = IntStack(orig_dscp=dscp).pack()
-    out = frame[:int_off] + block + frame[int_off:]
-    out[15] = (DSCP_INT << 2) | (frame[15] & 3)
-    _grow_lengths(out, len(block))
-    ipv4_checksum(out)
+    out = frame[:int_off] + _SOURCE_BLOCK + frame[int_off:]
+    out[int_off + 3] = dscp
+    _set_tos(out, (DSCP_INT << 2) | (frame[15] & 3))
+    _grow_lengths(out, FIXED_BYTES)
     return out
 
 
@@ -87,13 +104,13 @@ def push_hop(frame: bytearray, int_off: int, hop: bytes, congested: bool) -> byt
         out = frame
         out[int_off + 4] |= 0x04  # E: a hop could not push its metadata
     else:
-        out = frame[:int_off + FIXED_BYTES] + hop + frame[int_off + FIXED_BYTES:]
+        at = int_off + FIXED_BYTES
+        out = frame[:at] + hop + frame[at:]
         out[int_off + 1] += HOP_WORDS
         out[int_off + 7] = remaining - 1
         _grow_lengths(out, HOP_BYTES)
     if congested:
         out[int_off + 14] |= 0x80  # DS flags bit 0 (MSB)
-    ipv4_checksum(out)
     return out
 
 
@@ -102,9 +119,8 @@ def strip(frame: bytearray, int_off: int) -> bytearray:
     length = 4 + 4 * frame[int_off + 1]
     dscp = frame[int_off + 3] & 0x3F
     out = frame[:int_off] + frame[int_off + length:]
-    out[15] = (dscp << 2) | (frame[15] & 3)
+    _set_tos(out, (dscp << 2) | (frame[15] & 3))
     _grow_lengths(out, -length)
-    ipv4_checksum(out)
     return out
 
 
@@ -131,9 +147,10 @@ class IntEngine:
         now = time.monotonic()
         threshold = self.ecn_thresholds.get(port, 0)
         congested = bool(threshold) and item.qdepth >= threshold
-        hop = Hop(self.node_id, item.in_port, port, min(UNKNOWN32, int((now - item.t_in) * 1e6)),
-                  min(item.qdepth, 0xFFFFFF), self.clock_us(now), tx_bytes, self.capacity_mbps.get(port, UNKNOWN32))
-        with_hop = push_hop(bytearray(item.frame), item.int_off, hop.pack(), congested)
+        hop = _HOP.pack(self.node_id, item.in_port, port, min(UNKNOWN32, int((now - item.t_in) * 1e6)),
+                        min(item.qdepth, 0xFFFFFF), int((now - self.epoch) * 1e6), tx_bytes,
+                        self.capacity_mbps.get(port, UNKNOWN32))
+        with_hop = push_hop(item.frame, item.int_off, hop, congested)
         if not item.sink:
             return with_hop
         self._report(with_hop, item, now)

@@ -38,6 +38,7 @@ UNKNOWN32 = 0xFFFFFFFF
 _SHIM = struct.Struct("!BBH")
 _MD = struct.Struct("!IHHHH")
 _HOP = struct.Struct("!IHHIIQII")
+HOP_STRUCT = _HOP  # node, in port, out port, latency, queue id << 24 | occupancy, egress ts, tx bytes, capacity
 
 
 class IntFormatError(ValueError):
