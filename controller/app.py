@@ -35,22 +35,22 @@ SELECTOR = "StarIngress.ecmp_selector"
 REPORT_SESSION = 500  # p4src/include/headers.p4: clone session of INT reports
 REPORT_TRUNCATE_BYTES = 512  # a report needs the headers and the INT stack, not the payload
 CPU_PORT = 255
-INT_SAMPLE_LOG2 = 3  # INT on 1 in 8 packets of every host TCP/UDP flow
+INT_SAMPLE_LOG2 = 3  # default: INT on 1 in 8 packets of every host TCP/UDP flow
 REASON_INT_REPORT = 1
 
 
 def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: str,
-                   routes) -> list[p4r.Update]:
+                   routes, int_sample_log2: int | None = INT_SAMPLE_LOG2) -> list[p4r.Update]:
     """All updates that program `switch` from scratch, in dependency order."""
     updates: list[p4r.Update] = [
         ent.modify(ent.default_entry(schema, "StarEgress.int_node",
                                      ent.action(schema, "StarEgress.set_node_id", id=plan.switches[switch].device_id))),
         ent.insert(ent.clone_session(REPORT_SESSION, CPU_PORT, REPORT_TRUNCATE_BYTES)),
     ]
-    for proto in (6, 17):
+    for proto in (6, 17) if int_sample_log2 is not None else ():
         updates.append(ent.insert(ent.table_entry(
             schema, "StarIngress.int_source", {"hdr.ipv4.protocol": (proto, 0xFF)},
-            action_call=ent.action(schema, "StarIngress.int_watch", sample_log2=INT_SAMPLE_LOG2), priority=1)))
+            action_call=ent.action(schema, "StarIngress.int_watch", sample_log2=int_sample_log2), priority=1)))
     for pc in port_configs(topo, switch):
         if pc.role == ROLE_HOST:
             updates.append(ent.insert(ent.table_entry(
@@ -90,7 +90,9 @@ def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: 
 
 
 class Controller:
-    def __init__(self, run_dir: Path, schema: P4Schema) -> None:
+    def __init__(self, run_dir: Path, schema: P4Schema, int_sample_log2: int | None = INT_SAMPLE_LOG2) -> None:
+        """int_sample_log2: INT starts on 1 in 2^N packets of each host flow; None = no INT."""
+        self.int_sample_log2 = int_sample_log2
         self.run_dir = run_dir
         self.schema = schema
         self.topo = load_topology(run_dir / "topology.yaml")
@@ -121,7 +123,7 @@ class Controller:
     async def program(self, session: SwitchSession, routes) -> int:
         device_config = self.switch_info[session.name].get("device_config")
         await session.set_pipeline(Path(device_config).read_bytes() if device_config else b"")
-        updates = switch_program(session.schema, self.topo, self.plan, session.name, routes)
+        updates = switch_program(session.schema, self.topo, self.plan, session.name, routes, self.int_sample_log2)
         await session.write(updates)
         return len(updates)
 
@@ -191,10 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--p4info", type=Path, default=DEFAULT_P4INFO)
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--int-sample-log2", type=int, default=INT_SAMPLE_LOG2, choices=range(-1, 17),
+                        metavar="N", help="INT on 1 in 2^N packets of each host flow (0..16; -1 = INT off)")
     args = parser.parse_args(argv)
     logging.basicConfig(filename=args.run_dir / "controller.log", level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    controller = Controller(args.run_dir, P4Schema.load(args.p4info))
+    sample = None if args.int_sample_log2 < 0 else args.int_sample_log2
+    controller = Controller(args.run_dir, P4Schema.load(args.p4info), sample)
 
     async def runner() -> None:
         loop = asyncio.get_running_loop()

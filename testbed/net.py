@@ -49,8 +49,10 @@ class Testbed:
     __test__ = False  # not a pytest class
 
     def __init__(self, topo: Topology, dataplane: str = "auto", run_dir: Path | None = None,
-                 name: str | None = None, bmv2_options: dict | None = None) -> None:
-        """bmv2_options: log_level (None = logging off), pcap_dir (opt-in pcaps) for BMv2 switches."""
+                 name: str | None = None, bmv2_options: dict | None = None, int_sample_log2: int = 3) -> None:
+        """bmv2_options: log_level (None = logging off), pcap_dir (opt-in pcaps) for BMv2 switches;
+        int_sample_log2: INT on 1 in 2^N packets of each host flow (-1 = INT off)."""
+        self.int_sample_log2 = int_sample_log2
         self.topo = topo
         self.bmv2_options = bmv2_options or {}
         self.plan = AddressPlan(topo)
@@ -130,7 +132,8 @@ class Testbed:
         log_path = self.run_dir / "controller.out"
         with log_path.open("ab") as out:
             self.controller = subprocess.Popen(
-                [sys.executable, "-m", "controller", "--run-dir", str(self.run_dir)],
+                [sys.executable, "-m", "controller", "--run-dir", str(self.run_dir),
+                 "--int-sample-log2", str(self.int_sample_log2)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         record_pid(self.run_dir, "controller", self.controller.pid)
         ready = self.run_dir / "controller.ready"

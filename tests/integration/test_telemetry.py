@@ -26,10 +26,13 @@ def run():
         result: list = []
         flows = threading.Thread(target=lambda: result.extend(iperf3_parallel(pairs, seconds=8, out_dir=tb.run_dir)))
         flows.start()
-        time.sleep(5)  # mid-run: both flows share the bottleneck
-        state = get_state(tb.run_dir, include_flows=True)
+        time.sleep(4)  # mid-run: both flows share the bottleneck; three readings 0.5 s apart
+        states = []
+        for _ in range(3):
+            states.append(get_state(tb.run_dir, include_flows=True))
+            time.sleep(0.5)
         flows.join(30)
-        yield tb, result, state
+        yield tb, result, states
     # (the Testbed context has torn everything down here)
 
 
@@ -42,12 +45,14 @@ def series(tb: Testbed) -> dict[tuple[str, str], list[dict]]:
 
 
 def test_collector_utilisation_matches_the_receivers(run):
-    tb, rates, state = run
+    tb, rates, states = run
     received = sum(r for r, _ in rates)
     assert received > 15, rates
-    (bottleneck,) = [p for p in state.ports if (p.switch, str(p.port)) == BOTTLENECK]
-    assert bottleneck.has_rate
-    assert abs(bottleneck.tx_rate_mbps - received) <= 0.10 * received, (bottleneck, rates)
+    readings = sorted((p for state in states for p in state.ports if (p.switch, str(p.port)) == BOTTLENECK),
+                      key=lambda p: p.tx_rate_mbps)
+    assert len(readings) == 3 and all(p.has_rate for p in readings)
+    bottleneck = readings[1]  # the median of the three
+    assert abs(bottleneck.tx_rate_mbps - received) <= 0.10 * received, (readings, rates)
     rows = [r for r in series(tb)[BOTTLENECK] if r["tx_rate_mbps"]]
     # Over the run (first and last second excluded), the rate readings agree with the receivers.
     middle = rows[len(rows) // 8: -len(rows) // 8]
@@ -72,8 +77,8 @@ def test_queue_readings_rise_at_the_bottleneck_only(run):
 
 
 def test_flow_paths_cross_the_bottleneck(run):
-    _, _, state = run
-    forward = [f for f in state.flows if f.dst in ("10.0.2.1", "10.0.2.2") and f.dst_port >= 5301]
+    _, _, states = run
+    forward = [f for f in states[-1].flows if f.dst in ("10.0.2.1", "10.0.2.2") and f.dst_port >= 5301]
     assert len(forward) >= 2
     for flow in forward:
         assert [(h.switch, h.egress_port) for h in flow.hops][0] == ("s1", 3)

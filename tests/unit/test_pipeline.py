@@ -184,3 +184,16 @@ def test_egress_queue_marks_ce_at_the_threshold():
     assert queued_from == 3 + 4  # three sent at once, then the queue fills to the threshold
     assert all(e == 2 for e in ecn[:queued_from]) and all(e == 3 for e in ecn[queued_from:])
     assert q.ce_marked == 20 - queued_from
+
+
+def test_int_sampling_is_configurable_and_can_be_off(fabric):
+    topo, plan, routes = fabric
+    schema = P4Schema.load()
+
+    def watches(sample):
+        updates = switch_program(schema, topo, plan, "s3", routes["s3"], int_sample_log2=sample)
+        return [u.entity.table_entry.action.action.params[0].value for u in updates
+                if u.entity.table_entry.table_id == schema.id_of("StarIngress.int_source")]
+
+    assert watches(5) == [b"\x05", b"\x05"]  # TCP and UDP, 1 in 32
+    assert watches(None) == []
