@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := mininet iproute2 iperf iperf3 iputils-ping ethtool python3-venv
 TOPO ?= leafspine
 DATAPLANE ?= auto
+MODE ?= none
 SW ?= s1
 ELECTION ?= 0,1
 
@@ -35,7 +36,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 run: deps
-	$(PY) -m testbed run --topo $(TOPO) --dataplane $(DATAPLANE)
+	$(PY) -m testbed run --topo $(TOPO) --dataplane $(DATAPLANE) --mode $(MODE)
 
 test: deps
 	$(PY) -m pytest tests

@@ -102,8 +102,9 @@ def water_fill(demands: Sequence[Demand], capacity: dict[Hashable, float]) -> li
 
 
 def advise(demands: Sequence[Demand], links: dict[Hashable, LinkState],
-           params: AdvisorParams = AdvisorParams()) -> dict[tuple[str, str], float]:
+           params: AdvisorParams | None = None) -> dict[tuple[str, str], float]:
     """Advised rate (bit/s) per (source host, destination): the sum of its demands' fair rates."""
+    params = params or AdvisorParams()
     capacity = {link: offered_capacity(state, params) for link, state in links.items()}
     rates = water_fill(demands, capacity)
     out: dict[tuple[str, str], float] = defaultdict(float)

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 
 from controller import entities as ent
+from controller.advice import MODES, AdviceLoop
+from controller.advisor import AdvisorParams
 from controller.p4rt_client import SwitchError, SwitchSession
 from controller.routing import ROLE_HOST, compute_routes, port_configs
 from controller.service import start_server
@@ -90,8 +92,10 @@ def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: 
 
 
 class Controller:
-    def __init__(self, run_dir: Path, schema: P4Schema, int_sample_log2: int | None = INT_SAMPLE_LOG2) -> None:
-        """int_sample_log2: INT starts on 1 in 2^N packets of each host flow; None = no INT."""
+    def __init__(self, run_dir: Path, schema: P4Schema, int_sample_log2: int | None = INT_SAMPLE_LOG2,
+                 mode: str = "none", interval_s: float = 0.001, eta: float = 0.95) -> None:
+        """int_sample_log2: INT starts on 1 in 2^N packets of each host flow (None = no INT);
+        mode: none | ecn | advice; interval_s: advice loop period; eta: target utilisation."""
         self.int_sample_log2 = int_sample_log2
         self.run_dir = run_dir
         self.schema = schema
@@ -105,6 +109,8 @@ class Controller:
         self.packet_ins = 0
         self.collector = Collector({self.plan.switches[s.name].device_id: s.name for s in self.topo.switches},
                                    series=run_dir / "telemetry.csv")
+        self.advice = AdviceLoop(self.topo, self.plan, self.collector, run_dir, mode,
+                                 AdvisorParams(eta=eta, drain_s=max(interval_s, 0.010)), interval_s)
 
     def _schema(self, name: str) -> P4Schema:
         """The P4Info this switch runs: p4c's output for BMv2, else the committed one."""
@@ -175,10 +181,11 @@ class Controller:
             self.collector.flush()
 
     async def run(self) -> None:
-        server = await start_server(self.run_dir, self.collector)
+        server = await start_server(self.run_dir, self.collector, self.advice)
         await self.start()
         watchers = [asyncio.create_task(self._watch(n)) for n in self.sessions]
         watchers.append(asyncio.create_task(self._age_telemetry()))
+        watchers.append(asyncio.create_task(self.advice.run(self.stopping)))
         await self.stopping.wait()
         for task in watchers:
             task.cancel()
@@ -186,6 +193,7 @@ class Controller:
         await asyncio.gather(*(s.close() for s in self.sessions.values()), return_exceptions=True)
         await server.stop(0.5)
         self.collector.close()
+        self.advice.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,11 +203,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--int-sample-log2", type=int, default=INT_SAMPLE_LOG2, choices=range(-1, 17),
                         metavar="N", help="INT on 1 in 2^N packets of each host flow (0..16; -1 = INT off)")
+    parser.add_argument("--mode", default="none", choices=MODES, help="control mode at start")
+    parser.add_argument("--interval-ms", type=float, default=1.0, help="advice loop period (ms)")
+    parser.add_argument("--eta", type=float, default=0.95, help="target utilisation of every link")
     args = parser.parse_args(argv)
     logging.basicConfig(filename=args.run_dir / "controller.log", level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sample = None if args.int_sample_log2 < 0 else args.int_sample_log2
-    controller = Controller(args.run_dir, P4Schema.load(args.p4info), sample)
+    controller = Controller(args.run_dir, P4Schema.load(args.p4info), sample, args.mode, args.interval_ms / 1000,
+                            args.eta)
 
     async def runner() -> None:
         loop = asyncio.get_running_loop()

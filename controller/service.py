@@ -7,6 +7,7 @@ from pathlib import Path
 
 import grpc
 
+from controller.advice import AdviceError, AdviceLoop
 from controller.proto import advice_pb2 as pb
 from controller.proto import advice_pb2_grpc as pb_grpc
 from controller.telemetry import Collector
@@ -38,22 +39,71 @@ def state_message(collector: Collector, request: pb.GetStateRequest, now: float 
 
 
 class AdviceService(pb_grpc.AdviceServicer):
-    def __init__(self, collector: Collector) -> None:
-        self.collector = collector
+    """gRPC method names are the proto's (N802)."""
 
-    async def GetState(self, request: pb.GetStateRequest, context) -> pb.State:  # noqa: N802 (gRPC name)
+    def __init__(self, collector: Collector, loop: AdviceLoop) -> None:
+        self.collector = collector
+        self.loop = loop
+
+    async def Register(self, request: pb.HostInfo, context) -> pb.RegisterReply:  # noqa: N802
+        await self._call(context, self.loop.register, request.name, request.ip)
+        return pb.RegisterReply(mode=self.loop.mode, valid_ms=self.loop.valid_ms)
+
+    async def Subscribe(self, request: pb.SubscribeRequest, context):  # noqa: N802
+        queue = await self._call(context, self.loop.subscribe, request.host)
+        try:
+            while True:
+                item = await queue.get()
+                if item[0] == "mode":
+                    yield pb.AdviceUpdate(mode=item[1])
+                else:
+                    yield pb.AdviceUpdate(advice=pb.RateAdvice(dst_ip=item[1], rate_bps=int(item[2]),
+                                                               epoch=self.loop.epoch, valid_ms=self.loop.valid_ms))
+        finally:
+            self.loop.unsubscribe(request.host, queue)
+
+    async def DeclareDemand(self, request: pb.DemandRequest, context) -> pb.DemandReply:  # noqa: N802
+        rate = request.rate_bps if request.WhichOneof("size") == "rate_bps" else None
+        active = await self._call(context, self.loop.declare, request.src, request.dst, rate, request.weight,
+                                  request.stop)
+        return pb.DemandReply(active_demands=active)
+
+    async def GetState(self, request: pb.GetStateRequest, context) -> pb.State:  # noqa: N802
         return state_message(self.collector, request)
+
+    async def GetAdvice(self, request: pb.GetAdviceRequest, context) -> pb.AdviceTable:  # noqa: N802
+        now = time.monotonic()
+        table = pb.AdviceTable(mode=self.loop.mode, decisions=self.loop.decisions)
+        host_ip = self.loop.plan.hosts[request.host].ip if request.host in self.loop.plan.hosts else None
+        if request.host and host_ip is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"GetAdviceRequest.host: no host {request.host!r}")
+        for (src, dst), rate in sorted(self.loop.sent.items()):
+            if host_ip is None or src == host_ip:
+                table.entries.add(src=src, dst=dst, rate_bps=int(rate), epoch=self.loop.epoch,
+                                  age_s=now - self.loop.sent_at.get((src, dst), now))
+        return table
+
+    async def SetMode(self, request: pb.ModeRequest, context) -> pb.ModeReply:  # noqa: N802
+        await self._call(context, self.loop.set_mode, request.mode)
+        return pb.ModeReply(mode=self.loop.mode)
+
+    @staticmethod
+    async def _call(context, method, *args):
+        try:
+            return method(*args)
+        except AdviceError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
 
 UNIX_PATH_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
 
 
-async def start_server(run_dir: Path, collector: Collector) -> grpc.aio.Server:
+async def start_server(run_dir: Path, collector: Collector, loop: AdviceLoop) -> grpc.aio.Server:
     """Serve the API on unix:<run_dir>/controller.sock, or on 127.0.0.1 when that path is too long
     for a Unix socket; the address used is written to <run_dir>/controller.addr."""
     path = run_dir / SOCKET_NAME
     server = grpc.aio.server()
-    pb_grpc.add_AdviceServicer_to_server(AdviceService(collector), server)
+    pb_grpc.add_AdviceServicer_to_server(AdviceService(collector, loop), server)
     if len(str(path)) <= UNIX_PATH_MAX:
         path.unlink(missing_ok=True)
         address = f"unix:{path}"
@@ -66,10 +116,14 @@ async def start_server(run_dir: Path, collector: Collector) -> grpc.aio.Server:
     return server
 
 
+def channel(run_dir: Path) -> grpc.Channel:
+    """A channel to the controller of the run in `run_dir`."""
+    return grpc.insecure_channel((run_dir / "controller.addr").read_text().strip())
+
+
 def get_state(run_dir: Path, switch: str = "", port: int = 0, include_flows: bool = False,
               timeout_s: float = 3.0) -> pb.State:
     """Synchronous GetState for the CLI and tests."""
-    address = (run_dir / "controller.addr").read_text().strip()
-    with grpc.insecure_channel(address) as channel:
-        return pb_grpc.AdviceStub(channel).GetState(
+    with channel(run_dir) as ch:
+        return pb_grpc.AdviceStub(ch).GetState(
             pb.GetStateRequest(switch=switch, port=port, include_flows=include_flows), timeout=timeout_s)

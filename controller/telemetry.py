@@ -59,6 +59,7 @@ class Collector:
         self.flows: dict[tuple[str, str, int, int, int], FlowPath] = {}
         self.reports = 0
         self.bad_reports = 0
+        self.version = 0  # changes with every accepted report: consumers recompute when it moved
         self._series = None
         self._writer = None
         if series is not None:
@@ -77,6 +78,7 @@ class Collector:
             self.bad_reports += 1
             return None
         self.reports += 1
+        self.version += 1
         path = []
         for hop in stack.hops:
             switch = self.node_names.get(hop.node_id, f"node{hop.node_id}")

@@ -38,7 +38,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         topo = topology_by_name(args.topo)
         bmv2_options = {"log_level": args.bmv2_log}
-        tb = Testbed(topo, dataplane=args.dataplane, bmv2_options=bmv2_options, int_sample_log2=args.int_sample_log2)
+        tb = Testbed(topo, dataplane=args.dataplane, bmv2_options=bmv2_options, int_sample_log2=args.int_sample_log2,
+                     mode=args.mode)
         if args.pcap:
             (tb.run_dir / "pcaps").mkdir(exist_ok=True)
             bmv2_options["pcap_dir"] = tb.run_dir / "pcaps"
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--dataplane", default="auto")
     run.add_argument("--bmv2-log", metavar="LEVEL", help="BMv2 logging (trace|debug|info|...); off by default")
     run.add_argument("--pcap", action="store_true", help="BMv2: write per-port pcaps into the run directory")
+    run.add_argument("--mode", default="none", choices=("none", "ecn", "advice"),
+                     help="congestion control: plain TCP, switch ECN + TCP ECN, or controller rate advice")
     run.add_argument("--int-sample-log2", type=int, default=3, choices=range(-1, 17), metavar="N",
                      help="INT on 1 in 2^N packets of each host flow (default 3; -1 = INT off)")
     sub.add_parser("clean", help="end processes and delete interfaces left by earlier runs")

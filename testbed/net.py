@@ -49,10 +49,15 @@ class Testbed:
     __test__ = False  # not a pytest class
 
     def __init__(self, topo: Topology, dataplane: str = "auto", run_dir: Path | None = None,
-                 name: str | None = None, bmv2_options: dict | None = None, int_sample_log2: int = 3) -> None:
+                 name: str | None = None, bmv2_options: dict | None = None, int_sample_log2: int = 3,
+                 mode: str = "none", agents: bool = True) -> None:
         """bmv2_options: log_level (None = logging off), pcap_dir (opt-in pcaps) for BMv2 switches;
-        int_sample_log2: INT on 1 in 2^N packets of each host flow (-1 = INT off)."""
+        int_sample_log2: INT on 1 in 2^N packets of each host flow (-1 = INT off);
+        mode: none | ecn | advice; agents: start a host agent (pacer) on every host."""
         self.int_sample_log2 = int_sample_log2
+        self.mode = mode
+        self.with_agents = agents
+        self.agents: dict[str, subprocess.Popen] = {}
         self.topo = topo
         self.bmv2_options = bmv2_options or {}
         self.plan = AddressPlan(topo)
@@ -127,13 +132,16 @@ class Testbed:
         }, indent=1))
         info("*** Starting the controller\n")
         self._start_controller()
+        if self.with_agents:
+            info("*** Starting host agents\n")
+            self._start_agents()
 
     def _start_controller(self) -> None:
         log_path = self.run_dir / "controller.out"
         with log_path.open("ab") as out:
             self.controller = subprocess.Popen(
                 [sys.executable, "-m", "controller", "--run-dir", str(self.run_dir),
-                 "--int-sample-log2", str(self.int_sample_log2)],
+                 "--int-sample-log2", str(self.int_sample_log2), "--mode", self.mode],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         record_pid(self.run_dir, "controller", self.controller.pid)
         ready = self.run_dir / "controller.ready"
@@ -147,8 +155,33 @@ class Testbed:
                                    f"{log_tail(self.run_dir / 'controller.log')}")
             time.sleep(0.1)
 
-    # ---- tear-down ---------------------------------------------------------------------------
-    def stop(self) -> None:
+    def _start_agents(self) -> None:
+        (self.run_dir / "hostagents").mkdir(exist_ok=True)
+        for host in self.net.hosts:
+            address = self.plan.hosts[host.name]
+            out = (self.run_dir / "hostagents" / f"{host.name}.out").open("ab")
+            proc = host.popen([sys.executable, "-m", "hostagent", "--run-dir", str(self.run_dir), "--host", host.name,
+                               "--ip", address.ip, "--intf", host.defaultIntf().name],
+                              stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            out.close()
+            self.agents[host.name] = proc
+            record_pid(self.run_dir, f"agent-{host.name}", proc.pid)
+        deadline = time.monotonic() + 20
+        for name, proc in self.agents.items():
+            log = self.run_dir / "hostagents" / f"{name}.log"
+            while not (log.exists() and "registered" in log.read_text()):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise TestbedError(f"host agent {name} did not register:\n"
+                                       f"{log_tail(self.run_dir / 'hostagents' / f'{name}.out')}\n{log_tail(log)}")
+                time.sleep(0.05)
+
+    def restart_controller(self) -> None:
+        """End the controller and start it again (agents must reconnect on their own)."""
+        self._end_controller()
+        (self.run_dir / "controller.ready").unlink(missing_ok=True)
+        self._start_controller()
+
+    def _end_controller(self) -> None:
         if self.controller is not None:
             if self.controller.poll() is None:
                 self.controller.terminate()
@@ -159,6 +192,21 @@ class Testbed:
                     self.controller.wait()
             forget_pid(self.run_dir, "controller")
             self.controller = None
+
+    # ---- tear-down ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        for proc in self.agents.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for name, proc in self.agents.items():
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            forget_pid(self.run_dir, f"agent-{name}")
+        self.agents = {}
+        self._end_controller()
         if self.net is not None:
             try:
                 self.net.stop()

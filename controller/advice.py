@@ -1,0 +1,226 @@
+"""The advice loop: demands from INT and from workloads → advisor → per-host rate advice streams.
+
+Every `interval_s` (default 1 ms of wall time) the loop looks at its inputs — the collector's
+flows, paths and queues, and the declared demands — and when any changed (a new report, a
+congested report, a flow that ended, a declaration) it recomputes the advice, sends each host only
+what changed (plus a refresh before advice would expire), and logs every decision to
+``advice.csv`` in the run directory. Modes: ``none`` and ``ecn`` send no advice (hosts run at line
+rate; in ``ecn`` their TCP negotiates ECN), ``advice`` runs this loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import ipaddress
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.advisor import AdvisorParams, Demand, LinkState, advise, changed
+from controller.telemetry import Collector
+from topologies.addressing import AddressPlan
+from topologies.spec import Topology
+
+log = logging.getLogger("controller.advice")
+
+MODES = ("none", "ecn", "advice")
+FLOW_TIMEOUT_S = 1.0  # a flow without INT reports for this long is over
+SUBSCRIBER_QUEUE = 4096
+DEFAULT_PARAMS = AdvisorParams()
+
+
+class AdviceError(ValueError):
+    """A request that cannot be taken; the message names the field."""
+
+
+@dataclass
+class Declared:
+    src: str
+    dst: str
+    weight: float
+    cap_bps: float | None
+
+
+class AdviceLoop:
+    def __init__(self, topo: Topology, plan: AddressPlan, collector: Collector, run_dir: Path,
+                 mode: str = "none", params: AdvisorParams = DEFAULT_PARAMS, interval_s: float = 0.001,
+                 valid_ms: int = 2000) -> None:
+        if mode not in MODES:
+            raise AdviceError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
+        self.topo, self.plan, self.collector = topo, plan, collector
+        self.params, self.interval_s, self.valid_ms = params, interval_s, valid_ms
+        self.mode = mode
+        self.host_by_ip = {a.ip: name for name, a in plan.hosts.items()}
+        self.subscribers: dict[str, list[asyncio.Queue]] = {}
+        self.registered: dict[str, str] = {}  # host name → ip
+        self.declared: dict[tuple[str, str], Declared] = {}
+        self.sent: dict[tuple[str, str], float] = {}  # (src ip, dst ip) → advised bit/s
+        self.sent_at: dict[tuple[str, str], float] = {}
+        self.epoch = 0
+        self.decisions = 0
+        self._inputs_seen: tuple | None = None
+        self._series = (run_dir / "advice.csv").open("a", newline="")
+        self._writer = csv.writer(self._series)
+        if self._series.tell() == 0:
+            self._writer.writerow(["time", "epoch", "src", "dst", "rate_bps", "reason"])
+        self.capacity: dict = {}
+        for link in topo.links:
+            for node in (link.a, link.b):
+                if topo.is_host(node):
+                    self.capacity[("nic", node)] = link.capacity_mbps * 1e6
+                else:
+                    self.capacity[(node, link.port_of(node))] = link.capacity_mbps * 1e6
+
+    # ---- requests -----------------------------------------------------------------------------
+    def register(self, name: str, ip: str) -> None:
+        if name not in self.plan.hosts:
+            raise AdviceError(f"HostInfo.name: no host {name!r} in topology {self.topo.name}")
+        _check_ip(ip, "HostInfo.ip")
+        if self.plan.hosts[name].ip != ip:
+            raise AdviceError(f"HostInfo.ip: host {name} has address {self.plan.hosts[name].ip}, not {ip}")
+        self.registered[name] = ip
+
+    def subscribe(self, name: str) -> asyncio.Queue:
+        if name not in self.registered:
+            raise AdviceError(f"SubscribeRequest.host: {name!r} has not registered")
+        queue: asyncio.Queue = asyncio.Queue(SUBSCRIBER_QUEUE)
+        self.subscribers.setdefault(name, []).append(queue)
+        queue.put_nowait(("mode", self.mode))
+        ip = self.registered[name]
+        for (src, dst), rate in self.sent.items():  # a (re)connecting host gets the advice in force
+            if src == ip:
+                queue.put_nowait(("advice", dst, rate))
+        return queue
+
+    def unsubscribe(self, name: str, queue: asyncio.Queue) -> None:
+        queues = self.subscribers.get(name, [])
+        if queue in queues:
+            queues.remove(queue)
+
+    def declare(self, src: str, dst: str, rate_bps: int | None, weight: float, stop: bool) -> int:
+        _check_ip(src, "DemandRequest.src")
+        _check_ip(dst, "DemandRequest.dst")
+        for field_name, ip in (("src", src), ("dst", dst)):
+            if ip not in self.host_by_ip:
+                raise AdviceError(f"DemandRequest.{field_name}: {ip} is not a host of this fabric")
+        if src == dst:
+            raise AdviceError("DemandRequest.dst: equals src")
+        if weight < 0:
+            raise AdviceError(f"DemandRequest.weight: must be >= 0, got {weight}")
+        if stop:
+            self.declared.pop((src, dst), None)
+        else:
+            self.declared[(src, dst)] = Declared(src, dst, weight or 1.0, float(rate_bps) if rate_bps else None)
+        return len(self.declared)
+
+    def set_mode(self, mode: str) -> None:
+        if mode not in MODES:
+            raise AdviceError(f"ModeRequest.mode: {mode!r} is not one of {', '.join(MODES)}")
+        if mode == self.mode:
+            return
+        self.mode = mode
+        log.info("mode %s", mode)
+        for queues in self.subscribers.values():
+            for queue in queues:
+                _put(queue, ("mode", mode))
+        if mode != "advice":
+            self._send({key: 0.0 for key in self.sent}, "clear")
+            self.sent.clear()
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def demands(self, now: float) -> list[Demand]:
+        pairs: dict[tuple[str, str], dict] = {}
+        for (src, dst, _proto, _sport, _dport), flow in self.collector.flows.items():
+            if now - flow.updated > FLOW_TIMEOUT_S or src not in self.host_by_ip or dst not in self.host_by_ip:
+                continue
+            entry = pairs.setdefault((src, dst), {"flows": 0, "links": None})
+            entry["flows"] += 1
+            entry["links"] = (("nic", self.host_by_ip[src]),) + tuple((sw, out) for sw, _, out in flow.hops)
+        out = []
+        for key in set(pairs) | set(self.declared):
+            src, dst = key
+            declared = self.declared.get(key)
+            links = pairs[key]["links"] if key in pairs else self._edge_links(src, dst)
+            links = tuple(link for link in links if link in self.capacity)
+            weight = declared.weight if declared else float(pairs[key]["flows"])
+            out.append(Demand(src, dst, links, weight, declared.cap_bps if declared else None))
+        return out
+
+    def _edge_links(self, src: str, dst: str) -> tuple:
+        """The links a pair surely uses whatever ECMP picks: the source NIC and the destination's leaf port."""
+        address = self.plan.hosts[self.host_by_ip[dst]]
+        return (("nic", self.host_by_ip[src]), (address.switch, address.switch_port))
+
+    def link_states(self, now: float) -> dict:
+        states = {}
+        for link, capacity in self.capacity.items():
+            port = self.collector.ports.get(link) if link[0] != "nic" else None
+            fresh = port is not None and now - port.updated <= FLOW_TIMEOUT_S
+            states[link] = LinkState(capacity, port.queue_pkts if fresh else 0.0)
+        return states
+
+    def step(self, now: float | None = None) -> dict[tuple[str, str], float]:
+        """One decision if the inputs changed: returns what was sent."""
+        now = time.monotonic() if now is None else now
+        if self.mode != "advice":
+            return {}
+        inputs = (self.collector.version, len(self.declared), tuple(sorted(self.declared)))
+        refresh_due = [k for k, t in self.sent_at.items() if now - t > self.valid_ms / 2000]
+        if inputs == self._inputs_seen and not refresh_due:
+            return {}
+        self._inputs_seen = inputs
+        demands = self.demands(now)
+        advice = advise(demands, self.link_states(now), self.params) if demands else {}
+        to_send = changed(advice, self.sent)
+        gone = {key: 0.0 for key in self.sent if key not in advice}
+        refresh = {key: advice[key] for key in refresh_due if key in advice and key not in to_send}
+        if to_send or gone:
+            self.epoch += 1
+        self._send(to_send, "change")
+        self._send(gone, "clear")
+        self._send(refresh, "refresh")
+        for key in gone:
+            self.sent.pop(key, None)
+            self.sent_at.pop(key, None)
+        self.sent.update(to_send)
+        return {**to_send, **gone}
+
+    def _send(self, advice: dict[tuple[str, str], float], reason: str) -> None:
+        now_wall, now = time.time(), time.monotonic()
+        for (src, dst), rate in advice.items():
+            host = self.host_by_ip.get(src)
+            for queue in self.subscribers.get(host, []):
+                _put(queue, ("advice", dst, rate))
+            self.sent_at[(src, dst)] = now
+            self.decisions += 1
+            self._writer.writerow([f"{now_wall:.6f}", self.epoch, src, dst, int(rate), reason])
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
+            try:
+                self.step()
+            except (KeyError, ValueError) as exc:
+                log.warning("advisor: %s", exc)
+            await asyncio.sleep(self.interval_s)
+            if self.decisions and self.decisions % 64 == 0:
+                self._series.flush()
+
+    def close(self) -> None:
+        self._series.close()
+
+
+def _check_ip(value: str, field_name: str) -> None:
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        raise AdviceError(f"{field_name}: {value!r} is not an IPv4 address") from None
+
+
+def _put(queue: asyncio.Queue, item) -> None:
+    try:
+        queue.put_nowait(item)
+    except asyncio.QueueFull:  # a stuck subscriber loses the oldest update, not the controller
+        queue.get_nowait()
+        queue.put_nowait(item)

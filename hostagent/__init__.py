@@ -1,0 +1,1 @@
+"""Per-host agent: registers with the controller, subscribes to rate advice, paces with HTB."""

@@ -1,0 +1,144 @@
+"""The host agent, one per Mininet host, running in the host's network namespace.
+
+    python -m hostagent --run-dir runs/<id> --host h1 --ip 10.0.3.1 --intf h1-eth0
+
+Registers with the controller (address in <run dir>/controller.addr), subscribes to its advice
+and applies each RateAdvice to the HTB class of that destination. Advice that is not refreshed
+within its valid_ms expires and the destination goes back to line rate; so does everything when
+the controller goes away, while the agent reconnects with backoff. Mode `ecn` turns TCP ECN on in
+this namespace. Every applied advice is recorded in <run dir>/hostagents/<host>.csv with the time
+it arrived and the time it was in force.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+
+from controller.proto import advice_pb2 as pb
+from controller.proto import advice_pb2_grpc as pb_grpc
+from hostagent.pacer import HtbPacer
+
+log = logging.getLogger("hostagent")
+BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
+LINE_RATE_BPS = 10e9
+
+
+class Agent:
+    def __init__(self, run_dir: Path, host: str, ip: str, pacer: HtbPacer) -> None:
+        self.run_dir, self.host, self.ip, self.pacer = run_dir, host, ip, pacer
+        self.expiry: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.call = None
+        (run_dir / "hostagents").mkdir(exist_ok=True)
+        self.record = (run_dir / "hostagents" / f"{host}.csv").open("a", newline="")
+        self.writer = csv.writer(self.record)
+        if self.record.tell() == 0:
+            self.writer.writerow(["received", "applied", "dst", "rate_bps", "epoch", "apply_ms", "event"])
+        self.applied = 0
+
+    def set_mode(self, mode: str) -> None:
+        # net.ipv4.tcp_ecn is per network namespace: 1 = request ECN, 2 = only accept it (Linux default).
+        Path("/proc/sys/net/ipv4/tcp_ecn").write_text("1\n" if mode == "ecn" else "2\n")
+        log.info("%s: mode %s", self.host, mode)
+
+    def apply(self, advice: pb.RateAdvice, received: float) -> None:
+        started = time.perf_counter()
+        with self.lock:
+            self.pacer.set_rate(advice.dst_ip, advice.rate_bps)
+            if advice.rate_bps:
+                self.expiry[advice.dst_ip] = time.monotonic() + advice.valid_ms / 1000
+            else:
+                self.expiry.pop(advice.dst_ip, None)
+        applied = time.time()
+        self.applied += 1
+        self.writer.writerow([f"{received:.6f}", f"{applied:.6f}", advice.dst_ip, advice.rate_bps, advice.epoch,
+                              f"{(time.perf_counter() - started) * 1e3:.3f}", "advice"])
+        self.record.flush()
+
+    def expire(self) -> None:
+        while not self.stopping.wait(0.05):
+            now = time.monotonic()
+            with self.lock:
+                for dst in [d for d, t in self.expiry.items() if t < now]:
+                    self.pacer.set_rate(dst, 0)
+                    del self.expiry[dst]
+                    self.writer.writerow([f"{time.time():.6f}", f"{time.time():.6f}", dst, 0, "", "", "expired"])
+                    log.info("%s: advice for %s expired: line rate", self.host, dst)
+
+    def fall_back(self) -> None:
+        with self.lock:
+            self.pacer.clear()
+            self.expiry.clear()
+
+    def run(self) -> None:
+        threading.Thread(target=self.expire, name="expiry", daemon=True).start()
+        attempt = 0
+        while not self.stopping.is_set():
+            try:
+                address = (self.run_dir / "controller.addr").read_text().strip()
+                with grpc.insecure_channel(address) as channel:
+                    stub = pb_grpc.AdviceStub(channel)
+                    reply = stub.Register(pb.HostInfo(name=self.host, ip=self.ip), timeout=5)
+                    self.set_mode(reply.mode)
+                    log.info("%s: registered (mode %s)", self.host, reply.mode)
+                    attempt = 0
+                    self.call = stub.Subscribe(pb.SubscribeRequest(host=self.host))
+                    for update in self.call:
+                        if update.WhichOneof("kind") == "mode":
+                            self.set_mode(update.mode)
+                        else:
+                            self.apply(update.advice, time.time())
+            except (grpc.RpcError, OSError) as exc:
+                if self.stopping.is_set():
+                    break
+                detail = exc.details() if isinstance(exc, grpc.RpcError) else str(exc)
+                log.warning("%s: controller unreachable (%s); line rate, retrying", self.host, detail)
+            self.fall_back()
+            time.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+            attempt += 1
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.call is not None:
+            self.call.cancel()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hostagent", description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--ip", required=True)
+    parser.add_argument("--intf", required=True)
+    parser.add_argument("--line-rate-mbps", type=float, default=LINE_RATE_BPS / 1e6)
+    args = parser.parse_args(argv)
+    (args.run_dir / "hostagents").mkdir(exist_ok=True)
+    logging.basicConfig(filename=args.run_dir / "hostagents" / f"{args.host}.log", level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        pacer = HtbPacer(args.intf, args.line_rate_mbps * 1e6)
+    except (ValueError, OSError) as exc:
+        print(f"hostagent {args.host}: cannot set up pacing on {args.intf}: {exc}", file=sys.stderr)
+        return 2
+    agent = Agent(args.run_dir, args.host, args.ip, pacer)
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop())
+    signal.signal(signal.SIGINT, lambda *_: agent.stop())
+    try:
+        agent.run()
+    finally:
+        pacer.close()
+        agent.record.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

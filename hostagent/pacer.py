@@ -1,0 +1,72 @@
+"""Per-destination pacing on a host NIC with HTB, through netlink (pyroute2), not the tc binary.
+
+    root 1:  htb default 1:1
+      1:1    line rate — everything without advice
+      1:1xx  one class per advised destination, rate = ceil = the advice; u32 filter on dst IP
+
+A rate of 0 (or `clear`) puts a destination back to line rate; its class and filter stay, so the
+next advice is a single class change (~1 ms through netlink, DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+ROOT = 0x10000
+DEFAULT_CLASS = 0x10001
+FIRST_CLASS = 0x100
+ETH_P_IP = 0x0800
+
+
+class HtbPacer:
+    """ifname: the host's fabric interface; line_rate_bps: the rate of the default class."""
+
+    def __init__(self, ifname: str, line_rate_bps: float) -> None:
+        self.ipr = IPRoute()
+        found = self.ipr.link_lookup(ifname=ifname)
+        if not found:
+            raise ValueError(f"no interface {ifname!r} in this namespace")
+        self.index = found[0]
+        self.line_rate_bps = line_rate_bps
+        self.classes: dict[str, int] = {}
+        self.rates: dict[str, float] = {}
+        try:
+            self.ipr.tc("del", index=self.index)
+        except NetlinkError:
+            pass  # no root qdisc yet
+        self.ipr.tc("add", "htb", self.index, ROOT, default=DEFAULT_CLASS & 0xFFFF)
+        self._class("add-class", DEFAULT_CLASS, line_rate_bps)
+
+    def _class(self, command: str, classid: int, rate_bps: float) -> None:
+        rate = f"{max(int(rate_bps), 8000)}bit"
+        burst = max(3028, int(rate_bps / 8 * 0.001))  # ~1 ms, at least two full frames
+        self.ipr.tc(command, "htb", self.index, classid, parent=ROOT, rate=rate, ceil=rate, burst=burst,
+                    cburst=burst, quantum=1514)
+
+    def set_rate(self, dst: str, rate_bps: float) -> None:
+        """Pace traffic to `dst` at rate_bps (bit/s); 0 = line rate."""
+        rate = rate_bps if rate_bps > 0 else self.line_rate_bps
+        if dst not in self.classes:
+            classid = ROOT | (FIRST_CLASS + len(self.classes))
+            self._class("add-class", classid, rate)
+            key = f"0x{int(ipaddress.IPv4Address(dst)):08x}/0xffffffff+16"
+            self.ipr.tc("add-filter", "u32", self.index, parent=ROOT, prio=1, protocol=ETH_P_IP,
+                        target=classid, keys=[key])
+            self.classes[dst] = classid
+        elif self.rates.get(dst) != rate:
+            self._class("change-class", self.classes[dst], rate)
+        self.rates[dst] = rate
+
+    def clear(self) -> None:
+        for dst in list(self.classes):
+            self.set_rate(dst, 0)
+
+    def close(self) -> None:
+        try:
+            self.ipr.tc("del", index=self.index)
+        except NetlinkError:
+            pass
+        self.ipr.close()
