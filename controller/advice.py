@@ -136,7 +136,7 @@ class AdviceLoop:
             if now - flow.updated > FLOW_TIMEOUT_S or src not in self.host_by_ip or dst not in self.host_by_ip:
                 continue
             entry = pairs.setdefault((src, dst), {"flows": 0, "links": None})
-            entry["flows"] += 1
+            entry["flows"] += 1  # kept for the log; shares are per host pair (a control connection is a flow too)
             entry["links"] = (("nic", self.host_by_ip[src]),) + tuple((sw, out) for sw, _, out in flow.hops)
         out = []
         for key in set(pairs) | set(self.declared):
@@ -144,7 +144,7 @@ class AdviceLoop:
             declared = self.declared.get(key)
             links = pairs[key]["links"] if key in pairs else self._edge_links(src, dst)
             links = tuple(link for link in links if link in self.capacity)
-            weight = declared.weight if declared else float(pairs[key]["flows"])
+            weight = declared.weight if declared else 1.0
             out.append(Demand(src, dst, links, weight, declared.cap_bps if declared else None))
         return out
 
@@ -158,7 +158,7 @@ class AdviceLoop:
         for link, capacity in self.capacity.items():
             port = self.collector.ports.get(link) if link[0] != "nic" else None
             fresh = port is not None and now - port.updated <= FLOW_TIMEOUT_S
-            states[link] = LinkState(capacity, port.queue_pkts if fresh else 0.0)
+            states[link] = LinkState(capacity, port.standing_queue_pkts if fresh else 0.0)
         return states
 
     def step(self, now: float | None = None) -> dict[tuple[str, str], float]:

@@ -23,11 +23,12 @@ EPS = 1e-9
 
 @dataclass(frozen=True)
 class AdvisorParams:
-    """eta: target utilisation; drain_s: horizon in which a standing queue should empty (seconds);
+    """eta: target utilisation; drain_s: horizon in which a standing queue should empty (seconds) —
+    a few times the loop's reaction time (advice → paced hosts → INT report), or it oscillates;
     mtu_bytes: bytes per queued packet; min_share: floor of a link's offered capacity (fraction)."""
 
     eta: float = 0.95
-    drain_s: float = 0.010
+    drain_s: float = 0.100
     mtu_bytes: int = 1514
     min_share: float = 0.10
 

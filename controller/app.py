@@ -93,7 +93,7 @@ def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: 
 
 class Controller:
     def __init__(self, run_dir: Path, schema: P4Schema, int_sample_log2: int | None = INT_SAMPLE_LOG2,
-                 mode: str = "none", interval_s: float = 0.001, eta: float = 0.95) -> None:
+                 mode: str = "none", interval_s: float = 0.001, eta: float = 0.95, drain_s: float = 0.1) -> None:
         """int_sample_log2: INT starts on 1 in 2^N packets of each host flow (None = no INT);
         mode: none | ecn | advice; interval_s: advice loop period; eta: target utilisation."""
         self.int_sample_log2 = int_sample_log2
@@ -110,7 +110,7 @@ class Controller:
         self.collector = Collector({self.plan.switches[s.name].device_id: s.name for s in self.topo.switches},
                                    series=run_dir / "telemetry.csv")
         self.advice = AdviceLoop(self.topo, self.plan, self.collector, run_dir, mode,
-                                 AdvisorParams(eta=eta, drain_s=max(interval_s, 0.010)), interval_s)
+                                 AdvisorParams(eta=eta, drain_s=drain_s), interval_s)
 
     def _schema(self, name: str) -> P4Schema:
         """The P4Info this switch runs: p4c's output for BMv2, else the committed one."""
@@ -206,12 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="none", choices=MODES, help="control mode at start")
     parser.add_argument("--interval-ms", type=float, default=1.0, help="advice loop period (ms)")
     parser.add_argument("--eta", type=float, default=0.95, help="target utilisation of every link")
+    parser.add_argument("--drain-ms", type=float, default=100.0, help="horizon to drain a standing queue (ms)")
     args = parser.parse_args(argv)
     logging.basicConfig(filename=args.run_dir / "controller.log", level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sample = None if args.int_sample_log2 < 0 else args.int_sample_log2
     controller = Controller(args.run_dir, P4Schema.load(args.p4info), sample, args.mode, args.interval_ms / 1000,
-                            args.eta)
+                            args.eta, args.drain_ms / 1000)
 
     async def runner() -> None:
         loop = asyncio.get_running_loop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from wire.intmd import DSCP_INT, UNKNOWN32, IntFormatError, IntStack, l4_header_
 # The rate is taken over at least this much switch time: at 20 Mbit/s, 20 ms is ~33 full-size
 # frames, so one frame more or less between two reports moves the rate by ~3%, not by 60% as over 1 ms.
 MIN_RATE_INTERVAL_US = 20_000
+# The standing queue is the smallest reading over this window of switch time: a burst that
+# passes is not a queue to drain (CoDel's sojourn-minimum idea).
+STANDING_WINDOW_US = 20_000
 SERIES_FIELDS = ["time", "switch", "port", "queue_pkts", "hop_latency_us", "tx_rate_mbps", "utilisation"]
 
 
@@ -33,6 +37,11 @@ class PortState:
     updated: float = 0.0
     _tx_bytes: int | None = field(default=None, repr=False)
     _ts_us: int | None = field(default=None, repr=False)
+    _recent: deque = field(default_factory=deque, repr=False)  # (egress ts µs, queue pkts)
+
+    @property
+    def standing_queue_pkts(self) -> int:
+        return min((q for _, q in self._recent), default=self.queue_pkts)
 
     @property
     def utilisation(self) -> float | None:
@@ -94,6 +103,10 @@ class Collector:
             state = self.ports[key] = PortState(switch, hop.egress_port)
         if hop.queue_occupancy_pkts != 0xFFFFFF:
             state.queue_pkts = hop.queue_occupancy_pkts
+            recent = state._recent
+            recent.append((hop.egress_ts_us, hop.queue_occupancy_pkts))
+            while recent and recent[0][0] < hop.egress_ts_us - STANDING_WINDOW_US:
+                recent.popleft()
         if hop.hop_latency_us != UNKNOWN32:
             state.hop_latency_us = hop.hop_latency_us
         state.capacity_mbps = hop.capacity_mbps

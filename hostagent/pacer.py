@@ -42,7 +42,7 @@ class HtbPacer:
 
     def _class(self, command: str, classid: int, rate_bps: float) -> None:
         rate = f"{max(int(rate_bps), 8000)}bit"
-        burst = max(3028, int(rate_bps / 8 * 0.001))  # ~1 ms, at least two full frames
+        burst = max(1600, int(rate_bps / 8 * 0.0005))  # ~0.5 ms, at least one full frame: no bursts into the fabric
         self.ipr.tc(command, "htb", self.index, classid, parent=ROOT, rate=rate, ceil=rate, burst=burst,
                     cburst=burst, quantum=1514)
 

@@ -121,7 +121,7 @@ class DataPlane:
         busy: set[int] = set()
         next_link_poll = next_stats = 0.0
         config_seen = -1
-        timeout = -1.0
+        timeout = 0.0  # first pass at once: link states and the first stats file
         monotonic = time.monotonic
         try:
             while not self.stop_event.is_set():

@@ -50,10 +50,12 @@ class Testbed:
 
     def __init__(self, topo: Topology, dataplane: str = "auto", run_dir: Path | None = None,
                  name: str | None = None, bmv2_options: dict | None = None, int_sample_log2: int = 3,
-                 mode: str = "none", agents: bool = True) -> None:
+                 mode: str = "none", agents: bool = True, controller_args: list[str] | None = None) -> None:
         """bmv2_options: log_level (None = logging off), pcap_dir (opt-in pcaps) for BMv2 switches;
         int_sample_log2: INT on 1 in 2^N packets of each host flow (-1 = INT off);
-        mode: none | ecn | advice; agents: start a host agent (pacer) on every host."""
+        mode: none | ecn | advice; agents: start a host agent (pacer) on every host;
+        controller_args: extra `python -m controller` options (e.g. ["--eta", "0.9"])."""
+        self.controller_args = list(controller_args or [])
         self.int_sample_log2 = int_sample_log2
         self.mode = mode
         self.with_agents = agents
@@ -141,7 +143,7 @@ class Testbed:
         with log_path.open("ab") as out:
             self.controller = subprocess.Popen(
                 [sys.executable, "-m", "controller", "--run-dir", str(self.run_dir),
-                 "--int-sample-log2", str(self.int_sample_log2), "--mode", self.mode],
+                 "--int-sample-log2", str(self.int_sample_log2), "--mode", self.mode, *self.controller_args],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         record_pid(self.run_dir, "controller", self.controller.pid)
         ready = self.run_dir / "controller.ready"

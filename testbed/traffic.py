@@ -32,16 +32,19 @@ def iperf3_tcp(client, server, seconds: int = 5, port: int = 5201) -> tuple[floa
     return _rates(out, f"{client.name} -> {server.name}")
 
 
-def iperf3_parallel(pairs, seconds: int, out_dir: Path, base_port: int = 5301) -> list[tuple[float, float]]:
-    """Several iperf3 TCP flows at once, one per (client, server) pair; their rates as iperf3_tcp's."""
+def iperf3_parallel(pairs, seconds: int, out_dir: Path, base_port: int = 5301, omit_s: int = 0,
+                    tag: str = "") -> list[tuple[float, float]]:
+    """Several iperf3 TCP flows at once, one per (client, server) pair; their rates as iperf3_tcp's.
+
+    omit_s: seconds at the start left out of the rates (slow start); tag: names this run's files."""
     outputs = []
     for i, (_, server) in enumerate(pairs):
         _start_server(server, base_port + i)
     for i, (client, server) in enumerate(pairs):
-        path = out_dir / f"iperf3-{client.name}-{server.name}.json"
-        client.cmd(f"iperf3 -c {server.IP()} -p {base_port + i} -t {seconds} -J > {path} 2>&1 &")
+        path = out_dir / f"iperf3{tag}-{client.name}-{server.name}.json"
+        client.cmd(f"iperf3 -c {server.IP()} -p {base_port + i} -t {seconds} -O {omit_s} -J > {path} 2>&1 &")
         outputs.append((path, f"{client.name} -> {server.name}"))
-    deadline = time.monotonic() + seconds + 15
+    deadline = time.monotonic() + seconds + omit_s + 15
     results = []
     for path, what in outputs:
         while time.monotonic() < deadline:
