@@ -51,6 +51,9 @@ class AdviceLoop:
             raise AdviceError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
         self.topo, self.plan, self.collector = topo, plan, collector
         self.params, self.interval_s, self.valid_ms = params, interval_s, valid_ms
+        # Advice moves only by more than this (relative): every change re-arms a host's HTB class,
+        # and small steady corrections cost more in bursts than they gain.
+        self.tolerance = 0.05
         self.mode = mode
         self.host_by_ip = {a.ip: name for name, a in plan.hosts.items()}
         self.subscribers: dict[str, list[asyncio.Queue]] = {}
@@ -173,7 +176,7 @@ class AdviceLoop:
         self._inputs_seen = inputs
         demands = self.demands(now)
         advice = advise(demands, self.link_states(now), self.params) if demands else {}
-        to_send = changed(advice, self.sent)
+        to_send = changed(advice, self.sent, self.tolerance)
         gone = {key: 0.0 for key in self.sent if key not in advice}
         refresh = {key: advice[key] for key in refresh_due if key in advice and key not in to_send}
         if to_send or gone:

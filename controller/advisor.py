@@ -25,12 +25,14 @@ EPS = 1e-9
 class AdvisorParams:
     """eta: target utilisation; drain_s: horizon in which a standing queue should empty (seconds) —
     a few times the loop's reaction time (advice → paced hosts → INT report), or it oscillates;
-    mtu_bytes: bytes per queued packet; min_share: floor of a link's offered capacity (fraction)."""
+    mtu_bytes: bytes per queued packet; min_share: floor of a link's offered capacity (fraction);
+    queue_allowance_pkts: standing queue not worth draining (the jitter of uncoordinated senders)."""
 
     eta: float = 0.95
     drain_s: float = 0.100
     mtu_bytes: int = 1514
     min_share: float = 0.10
+    queue_allowance_pkts: float = 0.0  # a standing queue up to this is left alone
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,8 @@ class Demand:
 
 def offered_capacity(link: LinkState, params: AdvisorParams) -> float:
     """capacity × η minus the drain term, floored at min_share × capacity."""
-    drain_bps = link.queue_pkts * params.mtu_bytes * 8 / params.drain_s if params.drain_s > 0 else 0.0
+    standing = max(0.0, link.queue_pkts - params.queue_allowance_pkts)
+    drain_bps = standing * params.mtu_bytes * 8 / params.drain_s if params.drain_s > 0 else 0.0
     return max(link.capacity_bps * params.eta - drain_bps, link.capacity_bps * params.min_share)
 
 

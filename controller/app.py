@@ -110,7 +110,7 @@ class Controller:
         self.collector = Collector({self.plan.switches[s.name].device_id: s.name for s in self.topo.switches},
                                    series=run_dir / "telemetry.csv")
         self.advice = AdviceLoop(self.topo, self.plan, self.collector, run_dir, mode,
-                                 AdvisorParams(eta=eta, drain_s=drain_s), interval_s)
+                                 AdvisorParams(eta=eta, drain_s=drain_s, queue_allowance_pkts=2), interval_s)
 
     def _schema(self, name: str) -> P4Schema:
         """The P4Info this switch runs: p4c's output for BMv2, else the committed one."""
