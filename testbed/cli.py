@@ -18,7 +18,7 @@ def banner(tb: Testbed) -> str:
         f"programmed over P4Runtime by the controller",
         f"  run directory: {tb.run_dir}",
         "  logs: switches/<name>.log, controller.log, p4runtime-requests.log",
-        "  try: pingall | iperf h1 h8 | h1 ping -c3 h8 | switches | queues s3 | int s3 | help | exit",
+        "  try: pingall | iperf h1 h8 | h1 ping -c3 h8 | switches | queues s3 | int s3 | advice | mode advice | exit",
     ]
     return "\n".join(lines) + "\n"
 
@@ -90,6 +90,56 @@ class StarNetCLI(CLI):
             path = " ".join(f"{h.switch}[{h.ingress_port}->{h.egress_port}]" for h in f.hops)
             self.stdout.write(f"  {proto} {f.src}:{f.src_port} -> {f.dst}:{f.dst_port}  {path}"
                               f"  ({f.age_s:.1f} s ago)\n")
+
+    def _stub(self):
+        from controller.proto import advice_pb2_grpc as pb_grpc
+        from controller.service import channel
+
+        ch = channel(self.tb.run_dir)
+        return ch, pb_grpc.AdviceStub(ch)
+
+    def do_advice(self, line: str) -> None:
+        """advice [host]: the rate advice in force (per source host and destination) and the mode."""
+        from controller.proto import advice_pb2 as pb
+
+        host = line.strip()
+        try:
+            ch, stub = self._stub()
+            with ch:
+                table = stub.GetAdvice(pb.GetAdviceRequest(host=host), timeout=3)
+        except grpc.RpcError as exc:
+            self.stdout.write(f"{exc.details() or exc}\n")
+            return
+        except OSError as exc:
+            self.stdout.write(f"controller not reachable: {exc}\n")
+            return
+        self.stdout.write(f"mode {table.mode}, {table.decisions} decisions\n")
+        if not table.entries:
+            self.stdout.write("no advice in force" + (" (mode advice starts it)" if table.mode != "advice" else "")
+                              + "\n")
+        for e in table.entries:
+            src = self.tb.plan.host_by_ip(e.src).name
+            dst = self.tb.plan.host_by_ip(e.dst).name
+            rate = f"{e.rate_bps / 1e6:7.2f} Mbit/s" if e.rate_bps else "  line rate"
+            self.stdout.write(f"  {src:>4} -> {dst:<4} {rate}  epoch {e.epoch}  ({e.age_s:.1f} s ago)\n")
+
+    def do_mode(self, line: str) -> None:
+        """mode [none|ecn|advice]: show or switch the control mode of the running testbed."""
+        from controller.proto import advice_pb2 as pb
+
+        mode = line.strip()
+        try:
+            ch, stub = self._stub()
+            with ch:
+                if mode:
+                    reply = stub.SetMode(pb.ModeRequest(mode=mode), timeout=3)
+                    self.stdout.write(f"mode {reply.mode}\n")
+                else:
+                    self.stdout.write(f"mode {stub.GetAdvice(pb.GetAdviceRequest(), timeout=3).mode}\n")
+        except grpc.RpcError as exc:
+            self.stdout.write(f"{exc.details() or exc}\n")
+        except OSError as exc:
+            self.stdout.write(f"controller not reachable: {exc}\n")
 
     def do_switches(self, line: str) -> None:
         """switches: each P4 switch with its device id, P4Runtime address and process state."""
