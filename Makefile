@@ -49,6 +49,8 @@ test-integration: deps
 
 bench: deps
 	$(PY) bench/softswitch_pps.py
+	$(PY) bench/advisor_scale.py
+	$(PY) bench/advice_latency.py
 
 lint: deps
 	$(VENV)/bin/ruff check .
