@@ -13,7 +13,6 @@ import logging
 import os
 import select
 import socket
-import struct
 import threading
 import time
 from collections import deque
@@ -29,9 +28,6 @@ ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h: do not read back our own transmissions
 PACKET_QDISC_BYPASS = 20  # linux/if_packet.h: hand frames straight to the driver (the queue is ours)
-SO_TIMESTAMPNS = 35  # asm-generic/socket.h: kernel receive time of every frame (CLOCK_REALTIME, ns)
-_TIMESPEC = struct.Struct("qq")
-ANC_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
 RX_BATCH = 64
 LINK_POLL_S = 0.05
 STATS_PERIOD_S = 0.5
@@ -52,7 +48,6 @@ def open_port_socket(iface: str) -> socket.socket:
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
     sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
-    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
     sock.bind((iface, 0))
@@ -128,8 +123,6 @@ class DataPlane:
         config_seen = -1
         timeout = 0.0  # first pass at once: link states and the first stats file
         monotonic = time.monotonic
-        unpack_ts = _TIMESPEC.unpack_from
-        clock_offset = time.time() - monotonic()  # kernel timestamps are CLOCK_REALTIME
         try:
             while not self.stop_event.is_set():
                 events = poller.poll(timeout)
@@ -143,12 +136,12 @@ class DataPlane:
                         self._drain_wake(now, busy)
                         continue
                     in_port, sock = by_fd[fd]
-                    recvmsg = sock.recvmsg
+                    recv = sock.recv
                     ingress = pipeline.ingress
                     count = nbytes = 0
                     for _ in range(RX_BATCH):
                         try:
-                            frame, ancillary, _, _ = recvmsg(MAX_FRAME, ANC_SPACE)
+                            frame = recv(MAX_FRAME)
                         except BlockingIOError:
                             break
                         except OSError as exc:
@@ -156,13 +149,6 @@ class DataPlane:
                             break
                         count += 1
                         nbytes += len(frame)
-                        if ancillary:
-                            sec, nsec = unpack_ts(ancillary[0][2])
-                            arrival = sec + nsec * 1e-9 - clock_offset
-                            if arrival > now:
-                                arrival = now
-                        else:
-                            arrival = now
                         result = ingress(frame, in_port)
                         if result is None:
                             continue
@@ -171,7 +157,7 @@ class DataPlane:
                         if queue is None:
                             self._to_cpu_or_drop(out_port, out, in_port)
                             continue
-                        queue.enqueue(out, arrival, now)
+                        queue.enqueue(out, now)
                         if queue.queue:
                             busy.add(out_port)
                     self.rx_pkts[in_port] += count
@@ -187,10 +173,8 @@ class DataPlane:
                 if now >= next_link_poll:
                     self._poll_links()
                     next_link_poll = now + LINK_POLL_S
-                if now >= next_stats:
-                    clock_offset = time.time() - monotonic()
-                    if self.stats_file is not None:
-                        self.write_stats()
+                if now >= next_stats and self.stats_file is not None:
+                    self.write_stats()
                     next_stats = now + STATS_PERIOD_S
                 horizon = min(next_link_poll, next_stats if self.stats_file else next_link_poll) - now
                 timeout = max(0.0, min(wait if wait is not None else horizon, horizon))
@@ -211,7 +195,7 @@ class DataPlane:
             if queue is None:
                 log.warning("packet-out to unknown port %d dropped", port)
                 continue
-            queue.enqueue(frame, now, now)
+            queue.enqueue(frame, now)
             if queue.queue:
                 busy.add(port)
 

@@ -1,14 +1,7 @@
-"""Per-port egress queue: a link of the configured rate in virtual time, tail drop at a depth in packets.
+"""Per-port egress queue drained at the link's capacity by a token bucket, tail drop at a depth in packets.
 
 This is where a link-rate limit lives (inside the switch, visible to telemetry), as BMv2's
 egress queue rate/depth would be; the Linux side of the veth has no qdisc doing it.
-
-The queue runs on the frames' kernel arrival times, not on when this process got to them: a
-frame that arrives at t starts when the link is free (max(t, the previous frame's finish)) and
-leaves at start + size / rate; the queue depth a frame sees (for tail drop, ECN and INT) is the
-number of earlier frames not yet finished at t. So a moment when the switch process was not
-scheduled delays frames a little but does not show up as a queue that the traffic did not build;
-frames whose departure time has passed are sent at once.
 """
 
 from __future__ import annotations
@@ -20,27 +13,27 @@ from softswitch.inband import IntPending
 from softswitch.pipeline import mark_ce
 
 MAX_FRAME = 9018
-LATE_SLACK_PKTS = 256  # frames held beyond the depth while the process catches up, then dropped
+BUCKET_DEPTH_S = 0.001  # ~1 ms of tokens: holds 1-100 Mbit/s within ~1.5% (DESIGN.md)
+# While frames wait, the wire is busy without pause: a late wake-up (scheduler jitter) may send what
+# would have left meanwhile, up to this much link time, so jitter costs no throughput.
+BACKLOG_CATCHUP_S = 0.010
 
 
 class EgressQueue:
     __slots__ = (
-        "port", "send", "rate_Bps", "depth_pkts", "queue", "finishes", "free_at",
-        "drops", "late_drops", "max_qdepth", "tx_pkts", "tx_bytes", "send_errors", "ecn_threshold", "ce_marked",
+        "port", "send", "rate_Bps", "burst", "catchup", "tokens", "last", "depth_pkts", "queue",
+        "drops", "max_qdepth", "tx_pkts", "tx_bytes", "send_errors", "ecn_threshold", "ce_marked",
         "int_egress",
     )
 
     def __init__(self, port: int, send: Callable[[bytes], int], rate_mbps: float, depth_pkts: int,
                  now: float) -> None:
-        """rate_mbps: link rate in Mbit/s (0 = unlimited); depth_pkts: queue limit in packets."""
+        """rate_mbps: drain rate in Mbit/s (0 = unlimited); depth_pkts: queue limit in packets."""
         self.port = port
         self.send = send
         self.depth_pkts = depth_pkts
-        self.queue: deque = deque()  # (departure time, frame) not sent yet
-        self.finishes: deque[float] = deque()  # departure times of frames in the (virtual) queue
-        self.free_at = now
+        self.queue: deque[bytes | bytearray] = deque()
         self.drops = 0
-        self.late_drops = 0
         self.max_qdepth = 0
         self.tx_pkts = 0
         self.tx_bytes = 0
@@ -48,76 +41,61 @@ class EgressQueue:
         self.ecn_threshold = 0  # packets; 0 = no marking (port_config sets it)
         self.ce_marked = 0
         # Writes this switch's INT hop (or strips INT at a sink) as a frame leaves: pipeline.int_engine.
-        self.int_egress: Callable[..., bytearray] | None = None
+        self.int_egress: Callable[[IntPending, int, int], bytearray] | None = None
+        self.last = now
         self.set_rate(rate_mbps)
 
     def set_rate(self, rate_mbps: float) -> None:
         self.rate_Bps = rate_mbps * 1e6 / 8 if rate_mbps > 0 else 0.0
+        # At least one maximal frame plus ~1 ms, so any frame can eventually leave.
+        self.burst = max(self.rate_Bps * BUCKET_DEPTH_S, 1514.0) + 1514.0 if self.rate_Bps else 0.0
+        self.catchup = max(self.burst, self.rate_Bps * BACKLOG_CATCHUP_S)
+        self.tokens = self.burst
 
     @property
     def qdepth(self) -> int:
-        return len(self.finishes)
+        return len(self.queue)
 
-    def enqueue(self, frame, arrival: float, now: float | None = None) -> int:
-        """Queue `frame` that arrived at `arrival` (monotonic s); return the depth it saw, -1 if dropped.
+    def _refill(self, now: float, cap: float) -> None:
+        tokens = self.tokens + (now - self.last) * self.rate_Bps
+        self.tokens = tokens if tokens < cap else cap
+        self.last = now
 
-        now: the current time (default: arrival); frames due by then are sent at once."""
-        if not self.rate_Bps:
-            if frame.__class__ is IntPending:
-                frame.t_in = arrival  # type: ignore[union-attr]
-                frame.t_out = arrival  # type: ignore[union-attr]
-            self._transmit(frame)
-            return 0
-        finishes = self.finishes
-        while finishes and finishes[0] <= arrival:
-            finishes.popleft()
-        depth = len(finishes)
-        if depth >= self.depth_pkts or len(self.queue) >= self.depth_pkts + LATE_SLACK_PKTS:
+    def enqueue(self, frame: bytes | bytearray, now: float) -> int:
+        """Queue or send `frame`; return the queue depth (packets) it saw at enqueue, -1 if dropped."""
+        queue = self.queue
+        depth = len(queue)
+        if depth:
             if depth >= self.depth_pkts:
                 self.drops += 1
-            else:
-                self.late_drops += 1
-            return -1
-        if self.ecn_threshold and depth >= self.ecn_threshold:
-            # starnet.p4 egress: CE when enq_qdepth >= the port's threshold.
+                return -1
             if frame.__class__ is IntPending:
-                marked = mark_ce(frame.frame)  # type: ignore[union-attr]
-            else:
-                if frame.__class__ is not bytearray:
-                    frame = bytearray(frame)
-                marked = mark_ce(frame)
-            self.ce_marked += marked
-        start = arrival if arrival > self.free_at else self.free_at
-        finish = start + len(frame) / self.rate_Bps
-        self.free_at = finish
-        finishes.append(finish)
-        if depth + 1 > self.max_qdepth:
-            self.max_qdepth = depth + 1
-        if frame.__class__ is IntPending:
-            frame.qdepth = depth  # type: ignore[union-attr]
-            frame.t_in = arrival  # type: ignore[union-attr]
-            frame.t_out = finish  # type: ignore[union-attr]
-        if not self.queue and finish <= (arrival if now is None else now):
-            if not self._transmit(frame):
-                self.queue.append((finish, frame))
-        else:
-            self.queue.append((finish, frame))
-        return depth
-
-    def service(self, now: float) -> float | None:
-        """Send the frames whose departure time has come; return seconds to the next, None if empty."""
-        finishes = self.finishes
-        while finishes and finishes[0] <= now:
-            finishes.popleft()
-        queue = self.queue
-        while queue:
-            due, frame = queue[0]
-            if due > now:
-                return due - now
-            if not self._transmit(frame):
-                return 0.0005
-            queue.popleft()
-        return None
+                frame.qdepth = depth  # type: ignore[union-attr]
+            if self.ecn_threshold and depth >= self.ecn_threshold:
+                # starnet.p4 egress: CE when enq_qdepth >= the port's threshold.
+                if frame.__class__ is IntPending:
+                    marked = mark_ce(frame.frame)  # type: ignore[union-attr]
+                else:
+                    if frame.__class__ is not bytearray:
+                        frame = bytearray(frame)
+                    marked = mark_ce(frame)  # type: ignore[arg-type]
+                self.ce_marked += marked
+            queue.append(frame)
+            if depth + 1 > self.max_qdepth:
+                self.max_qdepth = depth + 1
+            return depth
+        if not self.rate_Bps:
+            self._transmit(frame)
+            return 0
+        self._refill(now, self.burst)
+        if self.tokens >= len(frame):
+            if self._transmit(frame):
+                self.tokens -= len(frame)
+                return 0
+        queue.append(frame)
+        if self.max_qdepth == 0:
+            self.max_qdepth = 1
+        return 0
 
     def _transmit(self, frame) -> bool:
         if frame.__class__ is IntPending:
@@ -137,10 +115,31 @@ class EgressQueue:
         self.tx_bytes += len(frame)
         return True
 
+    def service(self, now: float) -> float | None:
+        """Send what the bucket allows; return seconds until the head can leave, None if empty."""
+        queue = self.queue
+        if not queue:
+            return None
+        if not self.rate_Bps:
+            while queue:
+                if not self._transmit(queue[0]):
+                    return 0.0005
+                queue.popleft()
+            return None
+        self._refill(now, self.catchup)
+        while queue:
+            size = len(queue[0])
+            if self.tokens < size:
+                return (size - self.tokens) / self.rate_Bps
+            if not self._transmit(queue[0]):
+                return 0.0005
+            self.tokens -= size
+            queue.popleft()
+        return None
+
     def stats(self) -> dict[str, int | float]:
         return {
-            "qdepth_pkts": len(self.finishes),
-            "late_drops": self.late_drops,
+            "qdepth_pkts": len(self.queue),
             "max_qdepth_pkts": self.max_qdepth,
             "queue_drops": self.drops,
             "tx_pkts": self.tx_pkts,

@@ -30,7 +30,7 @@ REPORT_FLOW_SLOTS = 1024
 class IntPending:
     """A frame carrying INT on its way through the egress queue."""
 
-    __slots__ = ("frame", "in_port", "int_off", "sink", "t_in", "t_out", "qdepth", "flow_slot")
+    __slots__ = ("frame", "in_port", "int_off", "sink", "t_in", "qdepth", "flow_slot")
 
     def __init__(self, frame: bytearray, in_port: int, int_off: int, sink: bool, t_in: float,
                  flow_slot: int) -> None:
@@ -38,8 +38,7 @@ class IntPending:
         self.in_port = in_port
         self.int_off = int_off
         self.sink = sink
-        self.t_in = t_in  # arrival (monotonic s); the egress queue sets it from the kernel timestamp
-        self.t_out: float | None = None  # departure from the egress queue, when it has one
+        self.t_in = t_in
         self.qdepth = 0
         self.flow_slot = flow_slot
 
@@ -145,17 +144,16 @@ class IntEngine:
 
     def egress(self, item: IntPending, port: int, tx_bytes: int) -> bytearray:
         """The frame as it leaves `port`: with this switch's hop (transit), or stripped (sink)."""
-        now = item.t_out if item.t_out is not None else time.monotonic()
+        now = time.monotonic()
         threshold = self.ecn_thresholds.get(port, 0)
         congested = bool(threshold) and item.qdepth >= threshold
-        latency_us = min(UNKNOWN32, max(0, int((now - item.t_in) * 1e6)))
-        hop = _HOP.pack(self.node_id, item.in_port, port, latency_us,
-                        min(item.qdepth, 0xFFFFFF), max(0, int((now - self.epoch) * 1e6)), tx_bytes,
+        hop = _HOP.pack(self.node_id, item.in_port, port, min(UNKNOWN32, int((now - item.t_in) * 1e6)),
+                        min(item.qdepth, 0xFFFFFF), int((now - self.epoch) * 1e6), tx_bytes,
                         self.capacity_mbps.get(port, UNKNOWN32))
         with_hop = push_hop(item.frame, item.int_off, hop, congested)
         if not item.sink:
             return with_hop
-        self._report(with_hop, item, time.monotonic())  # the rate limit is in real time
+        self._report(with_hop, item, now)
         return strip(with_hop, item.int_off)
 
     def _report(self, frame: bytearray, item: IntPending, now: float) -> None:
