@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import grpc
+from pyroute2.netlink.exceptions import NetlinkError
 
 from controller.proto import advice_pb2 as pb
 from controller.proto import advice_pb2_grpc as pb_grpc
@@ -54,7 +55,11 @@ class Agent:
     def apply(self, advice: pb.RateAdvice, received: float) -> None:
         started = time.perf_counter()
         with self.lock:
-            self.pacer.set_rate(advice.dst_ip, advice.rate_bps)
+            try:
+                self.pacer.set_rate(advice.dst_ip, advice.rate_bps)
+            except (NetlinkError, ValueError, KeyError) as exc:  # one bad advice must not end the agent
+                log.error("%s: cannot apply %s for %s: %s", self.host, advice.rate_bps, advice.dst_ip, exc)
+                return
             if advice.rate_bps:
                 self.expiry[advice.dst_ip] = time.monotonic() + advice.valid_ms / 1000
             else:

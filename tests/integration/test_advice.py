@@ -76,10 +76,10 @@ def test_incast_with_advice_has_no_queue_and_fair_shares_then_without_it(fabric)
     print(f"  {'sender Mbit/s':34} {' '.join(f'{r:.2f}' for r in advice['rates'])} | "
           f"{' '.join(f'{r:.2f}' for r in plain['rates'])}")
     assert advice["readings"] > 50, advice
-    # Issue #5 asks for p99 <= 5 packets; on this emulator the advice-mode p99 is 10-30 packets
-    # from run to run (see the closing note of issue #5), so this asserts what holds every time:
-    # well under plain TCP's full queue, and no drops.
-    assert advice["p99_queue"] * 2 <= plain["p99_queue"], (advice, plain)
+    # Six paced senders at η = 0.95 leave the bottleneck a p99 of 3-6 packets from run to run
+    # (phase alignment of periodic senders): bounded here with room, and far below plain TCP.
+    assert advice["p99_queue"] <= 8, advice
+    assert advice["p99_queue"] * 4 <= plain["p99_queue"], (advice, plain)
     assert advice["drops"] == 0, advice
     mean = sum(advice["rates"]) / len(advice["rates"])
     assert all(abs(r - mean) <= 0.10 * mean for r in advice["rates"]), advice["rates"]
