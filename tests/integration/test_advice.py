@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.mininet, pytest.mark.root]
 SENDERS = ["h1", "h2", "h3", "h4", "h6", "h7"]  # both leaves
 RECEIVER = "h5"
 BOTTLENECK = ("s4", "1")  # s4's port to h5
-SECONDS, OMIT = 8, 2
+SECONDS, OMIT = 8, 3  # the slow-start queue has drained within 3 s on every run seen (CI: 2.75 s)
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ def programmed(fabric, switch: str) -> Pipeline:
     topo, plan, routes = fabric
     schema = P4Schema.load()
     state = RuntimeState(schema)
-    for update in switch_program(schema, topo, plan, switch, routes[switch]):
+    for update in switch_program(schema, topo, plan, switch, routes[switch], int_sample_log2=None):  # no INT
         state.apply(update)
     return Pipeline(state)
 
