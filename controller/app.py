@@ -28,6 +28,7 @@ from controller.service import start_server
 from controller.telemetry import Collector
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology, load_topology
+from wire.fidelity import FidelityWindows, watch_loop_lag
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 from wire.proto import p4r
 
@@ -111,6 +112,7 @@ class Controller:
                                    series=run_dir / "telemetry.csv")
         self.advice = AdviceLoop(self.topo, self.plan, self.collector, run_dir, mode,
                                  AdvisorParams(eta=eta, drain_s=drain_s, queue_allowance_pkts=2), interval_s)
+        self.loop_lag: FidelityWindows | None = None  # set by main(): event-loop lag into fidelity.csv
 
     def _schema(self, name: str) -> P4Schema:
         """The P4Info this switch runs: p4c's output for BMv2, else the committed one."""
@@ -186,6 +188,8 @@ class Controller:
         watchers = [asyncio.create_task(self._watch(n)) for n in self.sessions]
         watchers.append(asyncio.create_task(self._age_telemetry()))
         watchers.append(asyncio.create_task(self.advice.run(self.stopping)))
+        if self.loop_lag is not None:
+            watchers.append(asyncio.create_task(watch_loop_lag(self.loop_lag, self.stopping)))
         await self.stopping.wait()
         for task in watchers:
             task.cancel()
@@ -207,12 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-ms", type=float, default=1.0, help="advice loop period (ms)")
     parser.add_argument("--eta", type=float, default=0.95, help="target utilisation of every link")
     parser.add_argument("--drain-ms", type=float, default=100.0, help="horizon to drain a standing queue (ms)")
+    parser.add_argument("--fidelity-file", type=Path, help="append event-loop lag per 100 ms window to this CSV")
     args = parser.parse_args(argv)
     logging.basicConfig(filename=args.run_dir / "controller.log", level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sample = None if args.int_sample_log2 < 0 else args.int_sample_log2
     controller = Controller(args.run_dir, P4Schema.load(args.p4info), sample, args.mode, args.interval_ms / 1000,
                             args.eta, args.drain_ms / 1000)
+    if args.fidelity_file:
+        controller.loop_lag = FidelityWindows(args.fidelity_file, "controller", "loop")
 
     async def runner() -> None:
         loop = asyncio.get_running_loop()

@@ -27,6 +27,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from controller.proto import advice_pb2 as pb
 from controller.proto import advice_pb2_grpc as pb_grpc
 from hostagent.pacer import HtbPacer
+from wire.fidelity import FidelityWindows, watch_thread_lag
 
 log = logging.getLogger("hostagent")
 BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ip", required=True)
     parser.add_argument("--intf", required=True)
     parser.add_argument("--line-rate-mbps", type=float, default=LINE_RATE_BPS / 1e6)
+    parser.add_argument("--fidelity-file", type=Path, help="append this agent's loop lag per 100 ms window here")
     args = parser.parse_args(argv)
     (args.run_dir / "hostagents").mkdir(exist_ok=True)
     logging.basicConfig(filename=args.run_dir / "hostagents" / f"{args.host}.log", level=logging.INFO,
@@ -137,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(args.run_dir, args.host, args.ip, pacer)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     signal.signal(signal.SIGINT, lambda *_: agent.stop())
+    if args.fidelity_file:
+        lag = FidelityWindows(args.fidelity_file, args.host, "loop")
+        threading.Thread(target=watch_thread_lag, args=(lag, agent.stopping), name="loop-lag", daemon=True).start()
     try:
         agent.run()
     finally:

@@ -5,7 +5,9 @@
 
 Extra options stand in for BMv2's Thrift start-up calls: ``--egress-rate PORT=MBPS`` and
 ``--egress-depth PORT=PKTS`` (set_queue_rate / set_queue_depth), and ``--stats-file`` for the
-per-port queue and drop counters the testbed reads.
+per-port queue and drop counters the testbed reads. ``--fidelity-file`` appends the switch's
+lateness per 100 ms window (wire/fidelity.py) under ``--name``; ``--no-fidelity`` turns the
+monitor off (to measure its cost).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from softswitch.dataplane import DataPlane, PortSpec
 from softswitch.p4rt_server import Device, P4RuntimeService, serve
 from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
+from wire.fidelity import DEFAULT_TOLERANCE_MS, FidelityWindows
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 
 
@@ -53,7 +56,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--egress-depth", action="append", default=[], metavar="PORT=PKTS")
     parser.add_argument("--default-depth", type=int, default=64, help="egress queue depth in packets")
     parser.add_argument("--stats-file", type=Path)
-    parser.add_argument("--seed", type=int, help="seed of the drop-with-probability RNG")
+    parser.add_argument("--seed", type=int, help="seed of the RNG (drop-with-probability, INT sampling)")
+    parser.add_argument("--name", help="switch name in fidelity records (default dev<device id>)")
+    parser.add_argument("--fidelity-file", type=Path, help="append lateness per 100 ms window to this CSV")
+    parser.add_argument("--fidelity-tolerance-ms", type=float, default=DEFAULT_TOLERANCE_MS,
+                        help="a departure or receive later than this is a late event (default %(default)s)")
+    parser.add_argument("--no-fidelity", action="store_true", help="do not measure lateness")
     return parser.parse_args(argv)
 
 
@@ -82,10 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.seed is not None:
         pipeline.rng.seed(args.seed)
     try:
-        dataplane = DataPlane(pipeline, ports, args.cpu_port, args.stats_file)
-    except OSError as exc:
-        log.error("cannot open ports: %s", exc)
-        print(f"softswitch: cannot open ports: {exc}", file=sys.stderr)
+        fidelity = None
+        if not args.no_fidelity:
+            fidelity = FidelityWindows(args.fidelity_file, args.name or f"dev{args.device_id}", "switch",
+                                       args.fidelity_tolerance_ms)
+        dataplane = DataPlane(pipeline, ports, args.cpu_port, args.stats_file, fidelity)
+    except (OSError, ValueError) as exc:
+        log.error("cannot start the data plane: %s", exc)
+        print(f"softswitch: cannot start the data plane: {exc}", file=sys.stderr)
         return 2
 
     def on_pipeline(new_schema: P4Schema, state: RuntimeState) -> None:
@@ -110,12 +122,24 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    forwarder = threading.Thread(target=dataplane.run, name="dataplane")
+    failure: list[BaseException] = []
+
+    def forward() -> None:
+        try:
+            dataplane.run()
+        except BaseException as exc:  # the switch must say why it died, and not exit 0
+            log.critical("data plane failed", exc_info=True)
+            failure.append(exc)
+
+    forwarder = threading.Thread(target=forward, name="dataplane")
     forwarder.start()
     while forwarder.is_alive():
         forwarder.join(0.5)
     server.stop(grace=0.5).wait()
     dataplane.close()
+    if failure:
+        print(f"softswitch: data plane failed: {failure[0]!r}", file=sys.stderr)
+        return 1
     log.info("stopped")
     return 0
 

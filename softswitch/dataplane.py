@@ -13,6 +13,7 @@ import logging
 import os
 import select
 import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from softswitch.egress import MAX_FRAME, EgressQueue
 from softswitch.pipeline import Pipeline
+from wire.fidelity import WINDOW_S, FidelityWindows, wall_offset
 
 log = logging.getLogger("softswitch.dataplane")
 
@@ -28,6 +30,9 @@ ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h: do not read back our own transmissions
 PACKET_QDISC_BYPASS = 20  # linux/if_packet.h: hand frames straight to the driver (the queue is ours)
+SO_TIMESTAMPNS = 35  # asm-generic/socket.h: received frames carry the kernel's arrival time (CLOCK_REALTIME)
+TIMESPEC = struct.Struct("@qq")
+ANCILLARY_BYTES = 64
 RX_BATCH = 64
 LINK_POLL_S = 0.05
 STATS_PERIOD_S = 0.5
@@ -50,9 +55,19 @@ def open_port_socket(iface: str) -> socket.socket:
     sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.bind((iface, 0))
     sock.setblocking(False)
     return sock
+
+
+def kernel_stamp(ancdata: list) -> float | None:
+    """The SO_TIMESTAMPNS arrival time (wall-clock seconds) in a recvmsg's ancillary data."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            sec, nsec = TIMESPEC.unpack_from(data)
+            return sec + nsec * 1e-9
+    return None
 
 
 def read_operstate(iface: str) -> bool:
@@ -65,8 +80,10 @@ def read_operstate(iface: str) -> bool:
 
 class DataPlane:
     def __init__(self, pipeline: Pipeline, ports: list[PortSpec], cpu_port: int,
-                 stats_file: Path | None = None) -> None:
+                 stats_file: Path | None = None, fidelity: FidelityWindows | None = None) -> None:
+        """fidelity: where this switch's lateness goes (None: not measured)."""
         self.pipeline = pipeline
+        self.fidelity = fidelity
         self.specs = {p.port: p for p in ports}
         self.cpu_port = cpu_port
         self.stats_file = stats_file
@@ -119,14 +136,19 @@ class DataPlane:
         pipeline = self.pipeline
         egress = self.egress
         busy: set[int] = set()
-        next_link_poll = next_stats = 0.0
+        next_link_poll = next_stats = next_window = 0.0
         config_seen = -1
         timeout = 0.0  # first pass at once: link states and the first stats file
         monotonic = time.monotonic
+        fid = self.fidelity
+        offset = wall_offset()
         try:
             while not self.stop_event.is_set():
                 events = poller.poll(timeout)
                 now = monotonic()
+                if fid is not None and now >= next_window:
+                    fid.tick(now + offset, self.total_drops())
+                    next_window = (int((now + offset) / WINDOW_S) + 1) * WINDOW_S - offset
                 if pipeline.config_generation != config_seen:
                     config_seen = pipeline.config_generation
                     for port, queue in egress.items():
@@ -141,7 +163,15 @@ class DataPlane:
                     count = nbytes = 0
                     for _ in range(RX_BATCH):
                         try:
-                            frame = recv(MAX_FRAME)
+                            if count or fid is None:
+                                frame = recv(MAX_FRAME)
+                            else:
+                                # The batch's oldest frame: how long it waited for this switch.
+                                frame, ancdata, _, _ = sock.recvmsg(MAX_FRAME, ANCILLARY_BYTES)
+                                stamp = kernel_stamp(ancdata)
+                                if stamp is not None:
+                                    wall = monotonic() + offset
+                                    fid.ingress_late(max(0.0, wall - stamp), wall)
                         except BlockingIOError:
                             break
                         except OSError as exc:
@@ -149,7 +179,7 @@ class DataPlane:
                             break
                         count += 1
                         nbytes += len(frame)
-                        result = ingress(frame, in_port)
+                        result = ingress(frame, in_port, now)
                         if result is None:
                             continue
                         out_port, out = result
@@ -162,10 +192,15 @@ class DataPlane:
                             busy.add(out_port)
                     self.rx_pkts[in_port] += count
                     self.rx_bytes[in_port] += nbytes
+                    if fid is not None:
+                        fid.events += count
                 now = monotonic()
                 wait = None
                 for port in list(busy):
-                    delay = egress[port].service(now)
+                    queue = egress[port]
+                    if fid is not None and queue.due and now > queue.due:
+                        fid.egress_late(now - queue.due, now + offset)
+                    delay = queue.service(now)
                     if delay is None:
                         busy.discard(port)
                     elif wait is None or delay < wait:
@@ -173,15 +208,23 @@ class DataPlane:
                 if now >= next_link_poll:
                     self._poll_links()
                     next_link_poll = now + LINK_POLL_S
-                if now >= next_stats and self.stats_file is not None:
-                    self.write_stats()
+                if now >= next_stats:
+                    offset = wall_offset()  # follows a slewing wall clock
+                    if self.stats_file is not None:
+                        self.write_stats()
                     next_stats = now + STATS_PERIOD_S
-                horizon = min(next_link_poll, next_stats if self.stats_file else next_link_poll) - now
+                horizon = min(next_link_poll, next_stats) - now
                 timeout = max(0.0, min(wait if wait is not None else horizon, horizon))
         finally:
             poller.close()
+            if fid is not None:
+                fid.close(drops_total=self.total_drops())
             if self.stats_file is not None:
                 self.write_stats()
+
+    def total_drops(self) -> int:
+        """Tail drops of all egress queues so far."""
+        return sum(queue.drops for queue in self.egress.values())
 
     def _drain_wake(self, now: float, busy: set[int]) -> None:
         try:
@@ -236,6 +279,7 @@ class DataPlane:
             "uptime_s": time.time() - self.started,
             "drops": self.pipeline.drops.as_dict(),
             "flow_cache_entries": len(self.pipeline.flow_cache),
+            "fidelity": self.fidelity.summary() if self.fidelity is not None else None,
             "ports": {
                 str(port): {"iface": self.specs[port].iface, "up": self.pipeline.port_up.get(port, False),
                             **queue.stats()}

@@ -23,7 +23,7 @@ class EgressQueue:
     __slots__ = (
         "port", "send", "rate_Bps", "burst", "catchup", "tokens", "last", "depth_pkts", "queue",
         "drops", "max_qdepth", "tx_pkts", "tx_bytes", "send_errors", "ecn_threshold", "ce_marked",
-        "int_egress",
+        "int_egress", "due",
     )
 
     def __init__(self, port: int, send: Callable[[bytes], int], rate_mbps: float, depth_pkts: int,
@@ -41,7 +41,10 @@ class EgressQueue:
         self.ecn_threshold = 0  # packets; 0 = no marking (port_config sets it)
         self.ce_marked = 0
         # Writes this switch's INT hop (or strips INT at a sink) as a frame leaves: pipeline.int_engine.
-        self.int_egress: Callable[[IntPending, int, int], bytearray] | None = None
+        self.int_egress: Callable[[IntPending, int, int, float], bytearray] | None = None
+        # Monotonic time the head of a backlogged queue may leave at the port's rate (0 = not
+        # waiting for tokens): the ideal schedule a departure's lateness is measured against.
+        self.due = 0.0
         self.last = now
         self.set_rate(rate_mbps)
 
@@ -85,24 +88,27 @@ class EgressQueue:
                 self.max_qdepth = depth + 1
             return depth
         if not self.rate_Bps:
-            self._transmit(frame)
+            self._transmit(frame, now)
             return 0
         self._refill(now, self.burst)
-        if self.tokens >= len(frame):
-            if self._transmit(frame):
-                self.tokens -= len(frame)
+        size = len(frame)
+        if self.tokens >= size:
+            if self._transmit(frame, now):
+                self.tokens -= size
                 return 0
+        else:
+            self.due = now + (size - self.tokens) / self.rate_Bps
         queue.append(frame)
         if self.max_qdepth == 0:
             self.max_qdepth = 1
         return 0
 
-    def _transmit(self, frame) -> bool:
+    def _transmit(self, frame, now: float) -> bool:
         if frame.__class__ is IntPending:
             if self.int_egress is None:
                 frame = frame.frame
             else:
-                frame = self.int_egress(frame, self.port, self.tx_bytes & 0xFFFFFFFF)
+                frame = self.int_egress(frame, self.port, self.tx_bytes & 0xFFFFFFFF, now)
         try:
             self.send(frame)
         except BlockingIOError:
@@ -116,13 +122,17 @@ class EgressQueue:
         return True
 
     def service(self, now: float) -> float | None:
-        """Send what the bucket allows; return seconds until the head can leave, None if empty."""
+        """Send what the bucket allows; return seconds until the head can leave, None if empty.
+
+        Sets `due` to the time the new head may leave (0 when the queue is empty or the wire,
+        not the rate, held it back)."""
         queue = self.queue
+        self.due = 0.0
         if not queue:
             return None
         if not self.rate_Bps:
             while queue:
-                if not self._transmit(queue[0]):
+                if not self._transmit(queue[0], now):
                     return 0.0005
                 queue.popleft()
             return None
@@ -130,8 +140,10 @@ class EgressQueue:
         while queue:
             size = len(queue[0])
             if self.tokens < size:
-                return (size - self.tokens) / self.rate_Bps
-            if not self._transmit(queue[0]):
+                wait = (size - self.tokens) / self.rate_Bps
+                self.due = now + wait
+                return wait
+            if not self._transmit(queue[0], now):
                 return 0.0005
             self.tokens -= size
             queue.popleft()

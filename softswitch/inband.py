@@ -142,13 +142,15 @@ class IntEngine:
         """The switch-local clock in µs, starting at 0 like BMv2's."""
         return int((t - self.epoch) * 1e6)
 
-    def egress(self, item: IntPending, port: int, tx_bytes: int) -> bytearray:
-        """The frame as it leaves `port`: with this switch's hop (transit), or stripped (sink)."""
-        now = time.monotonic()
+    def egress(self, item: IntPending, port: int, tx_bytes: int, now: float | None = None) -> bytearray:
+        """The frame as it leaves `port` at monotonic time `now` (default: the clock): with this
+        switch's hop (transit), or stripped (sink)."""
+        if now is None:
+            now = time.monotonic()
         threshold = self.ecn_thresholds.get(port, 0)
         congested = bool(threshold) and item.qdepth >= threshold
-        hop = _HOP.pack(self.node_id, item.in_port, port, min(UNKNOWN32, int((now - item.t_in) * 1e6)),
-                        min(item.qdepth, 0xFFFFFF), int((now - self.epoch) * 1e6), tx_bytes,
+        hop = _HOP.pack(self.node_id, item.in_port, port, min(UNKNOWN32, max(0, int((now - item.t_in) * 1e6))),
+                        min(item.qdepth, 0xFFFFFF), max(0, int((now - self.epoch) * 1e6)), tx_bytes,
                         self.capacity_mbps.get(port, UNKNOWN32))
         with_hop = push_hop(item.frame, item.int_off, hop, congested)
         if not item.sink:

@@ -144,8 +144,10 @@ class Pipeline:
 
     # ---- per packet ---------------------------------------------------------------------------
     # Port counters (port_rx, port_tx) are kept per batch by the data plane, not per packet here.
-    def ingress(self, frame: bytes, in_port: int) -> tuple[int, bytearray] | None:
-        """Run one frame through ingress; return (egress port, rewritten frame) or None (dropped)."""
+    def ingress(self, frame: bytes, in_port: int, now: float | None = None) -> tuple[int, bytearray] | None:
+        """Run one frame through ingress; return (egress port, rewritten frame) or None (dropped).
+
+        now: monotonic time the frame entered (INT hop latency is measured from it); default: the clock."""
         if frame[12:15] == _FAST_IPV4 and len(frame) >= 38:
             proto = frame[23]
             key = (in_port, proto, frame[26:38] if proto == 6 or proto == 17 else frame[26:34])
@@ -178,34 +180,35 @@ class Pipeline:
         out[24] = check >> 8
         out[25] = check & 0xFF
         if frame[15] >= 0x80 or sample_log2 >= 0:  # DSCP >= 0x20, or a watched flow: maybe INT
-            return self._int_ingress(out, frame, in_port, port, sample_log2, sink, key)
+            return self._int_ingress(out, frame, in_port, port, sample_log2, sink, key,
+                                     time.monotonic() if now is None else now)
         return port, out
 
     def _int_ingress(self, out: bytearray, frame: bytes, in_port: int, port: int, sample_log2: int, sink: bool,
-                     key: tuple) -> tuple[int, bytearray | IntPending] | None:
+                     key: tuple, now: float) -> tuple[int, bytearray | IntPending] | None:
         proto = key[1]
         if (proto != 6 and proto != 17) or frame[14] != 0x45:
             return port, out  # INT rides on TCP/UDP without IPv4 options only
         if frame[15] >> 2 == DSCP_INT:
-            return self._int_transit(out, in_port, port, sink, key)
+            return self._int_transit(out, in_port, port, sink, key, now)
         if sample_log2 >= 0 and not self.rng.getrandbits(16) & ((1 << sample_log2) - 1):
-            return self._int_source(out, in_port, port, sink, key)
+            return self._int_source(out, in_port, port, sink, key, now)
         return port, out
 
     def _int_transit(self, out: bytearray, in_port: int, port: int, sink: bool,
-                     key: tuple) -> tuple[int, IntPending] | None:
+                     key: tuple, now: float) -> tuple[int, IntPending] | None:
         int_off = 34 + l4_header_length(out, 34, key[1])
         try:
             int_length(out, int_off)
         except IntFormatError:
             self._count_drop("malformed", in_port, len(out))
             return None
-        return port, IntPending(out, in_port, int_off, sink, time.monotonic(), flow_slot(key[2], key[1]))
+        return port, IntPending(out, in_port, int_off, sink, now, flow_slot(key[2], key[1]))
 
     def _int_source(self, out: bytearray, in_port: int, port: int, sink: bool,
-                    key: tuple) -> tuple[int, IntPending]:
+                    key: tuple, now: float) -> tuple[int, IntPending]:
         int_off = 34 + l4_header_length(out, 34, key[1])
-        return port, IntPending(insert_source_header(out, int_off), in_port, int_off, sink, time.monotonic(),
+        return port, IntPending(insert_source_header(out, int_off), in_port, int_off, sink, now,
                                 flow_slot(key[2], key[1]))
 
     def _unusual_key(self, frame: bytes, in_port: int) -> tuple[int, int, bytes] | None:

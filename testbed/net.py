@@ -18,12 +18,14 @@ from mininet.link import Link
 from mininet.log import info
 from mininet.net import Mininet
 
+from testbed import fidelity as fid
 from testbed.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_missing, log_tail
 from testbed.ports import free_ports
 from testbed.rundir import clean_run, forget_pid, new_run_dir, record_interfaces, record_pid
 from testbed.switchproc import compile_p4
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
+from wire.fidelity import create_file
 
 CONTROLLER_READY_S = 60.0
 
@@ -50,11 +52,17 @@ class Testbed:
 
     def __init__(self, topo: Topology, dataplane: str = "auto", run_dir: Path | None = None,
                  name: str | None = None, bmv2_options: dict | None = None, int_sample_log2: int = 3,
-                 mode: str = "none", agents: bool = True, controller_args: list[str] | None = None) -> None:
+                 mode: str = "none", agents: bool = True, controller_args: list[str] | None = None,
+                 fidelity_tolerance_ms: float | None = None) -> None:
         """bmv2_options: log_level (None = logging off), pcap_dir (opt-in pcaps) for BMv2 switches;
         int_sample_log2: INT on 1 in 2^N packets of each host flow (-1 = INT off);
         mode: none | ecn | advice; agents: start a host agent (pacer) on every host;
-        controller_args: extra `python -m controller` options (e.g. ["--eta", "0.9"])."""
+        controller_args: extra `python -m controller` options (e.g. ["--eta", "0.9"]);
+        fidelity_tolerance_ms: the soft switches' late-event threshold (default wire/fidelity.py's)."""
+        self.fidelity_tolerance_ms = fidelity_tolerance_ms
+        self.started_at = 0.0
+        self.last_verdict: fid.Verdict | None = None
+        self.ready_at = 0.0  # wall time the fabric was up and programmed (verdicts start here)
         self.controller_args = list(controller_args or [])
         self.int_sample_log2 = int_sample_log2
         self.mode = mode
@@ -78,8 +86,14 @@ class Testbed:
             raise
         return self
 
+    @property
+    def fidelity_path(self) -> Path:
+        return self.run_dir / fid.FIDELITY_CSV
+
     def _start(self) -> None:
+        self.started_at = time.time()
         (self.run_dir / "topology.yaml").write_text(self.topo.to_yaml())
+        create_file(self.fidelity_path)
         if self.dataplane == "bmv2":
             info("*** Compiling p4src/starnet.p4 for BMv2\n")
             compile_p4()
@@ -96,6 +110,8 @@ class Testbed:
                           run_dir=self.run_dir, shapes=shapes)
             if switch_cls is BMv2Switch:
                 params["process_args"] = {"thrift_port": ports[n + i], **self.bmv2_options}
+            else:
+                params["process_args"] = {"fidelity_tolerance_ms": self.fidelity_tolerance_ms}
             self.switches[sw.name] = net.addSwitch(sw.name, cls=switch_cls, **params)
         for host in self.topo.hosts:
             address = self.plan.hosts[host.name]
@@ -137,13 +153,15 @@ class Testbed:
         if self.with_agents:
             info("*** Starting host agents\n")
             self._start_agents()
+        self.ready_at = time.time()
 
     def _start_controller(self) -> None:
         log_path = self.run_dir / "controller.out"
         with log_path.open("ab") as out:
             self.controller = subprocess.Popen(
                 [sys.executable, "-m", "controller", "--run-dir", str(self.run_dir),
-                 "--int-sample-log2", str(self.int_sample_log2), "--mode", self.mode, *self.controller_args],
+                 "--int-sample-log2", str(self.int_sample_log2), "--mode", self.mode,
+                 "--fidelity-file", str(self.fidelity_path), *self.controller_args],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         record_pid(self.run_dir, "controller", self.controller.pid)
         ready = self.run_dir / "controller.ready"
@@ -163,7 +181,8 @@ class Testbed:
             address = self.plan.hosts[host.name]
             out = (self.run_dir / "hostagents" / f"{host.name}.out").open("ab")
             proc = host.popen([sys.executable, "-m", "hostagent", "--run-dir", str(self.run_dir), "--host", host.name,
-                               "--ip", address.ip, "--intf", host.defaultIntf().name],
+                               "--ip", address.ip, "--intf", host.defaultIntf().name,
+                               "--fidelity-file", str(self.fidelity_path)],
                               stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             out.close()
             self.agents[host.name] = proc
@@ -216,6 +235,13 @@ class Testbed:
                 self.net = None
         clean_run(self.run_dir)
         (self.run_dir / "stopped").write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
+        if self.ready_at:
+            self.last_verdict = self.verdict(self.ready_at, time.time())
+            line = f"fidelity: {self.last_verdict.line()}"
+            (self.run_dir / "fidelity.txt").write_text(line + "\n" + "".join(
+                f"  flagged {entry}\n" for entry in self.last_verdict.flagged_lines()))
+            info(f"*** {line}\n")
+            self.ready_at = 0.0
 
     def __enter__(self) -> Testbed:
         return self.start()
@@ -227,6 +253,15 @@ class Testbed:
     def host(self, name: str) -> StarHost:
         assert self.net is not None
         return self.net.get(name)
+
+    @staticmethod
+    def now() -> float:
+        """Wall-clock time, the clock of every run record (fidelity.csv, telemetry.csv, host agents)."""
+        return time.time()
+
+    def verdict(self, t0: float, t1: float, switches: list[str] | None = None) -> fid.Verdict:
+        """Fidelity of wall-clock [t0, t1) on `switches` (default: all), from fidelity.csv."""
+        return fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0)
 
     def switch_stats(self, name: str) -> dict:
         """The soft switch's own per-port queue/drop counters (written every 0.5 s)."""

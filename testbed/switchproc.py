@@ -22,6 +22,7 @@ from testbed.rundir import PROJECT_ROOT, forget_pid, record_pid
 from wire.proto import p4r, p4r_grpc
 
 CPU_PORT = 255
+FIDELITY_CSV = "fidelity.csv"
 READY_TIMEOUT_S = 30.0
 BMV2_TOOLS = ("simple_switch_grpc", "p4c-bm2-ss")
 BUILD_DIR = PROJECT_ROOT / "build"
@@ -74,8 +75,13 @@ class SwitchProcess:
     kind = "p4"
 
     def __init__(self, name: str, device_id: int, grpc_port: int, run_dir: Path,
-                 ports: list[tuple[int, str]], shapes: dict[int, tuple[float, int]]) -> None:
+                 ports: list[tuple[int, str]], shapes: dict[int, tuple[float, int]], seed: int | None = None,
+                 fidelity_tolerance_ms: float | None = None) -> None:
+        """seed: the switch's RNG seed (default: derived from the device id, so runs repeat);
+        fidelity_tolerance_ms: the soft switch's late-event threshold (default wire/fidelity.py's)."""
         self.name = name
+        self.seed = device_id if seed is None else seed
+        self.fidelity_tolerance_ms = fidelity_tolerance_ms
         self.device_id = device_id
         self.grpc_port = grpc_port
         self.run_dir = Path(run_dir)
@@ -153,9 +159,12 @@ class SoftSwitchProcess(SwitchProcess):
         return self.run_dir / "switches" / f"{self.name}.stats.json"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "softswitch", "--device-id", str(self.device_id),
+        cmd = [sys.executable, "-m", "softswitch", "--device-id", str(self.device_id), "--name", self.name,
                "--grpc-server-addr", self.grpc_address, "--cpu-port", str(CPU_PORT),
-               "--stats-file", str(self.stats_path)]
+               "--stats-file", str(self.stats_path), "--seed", str(self.seed),
+               "--fidelity-file", str(self.run_dir / FIDELITY_CSV)]
+        if self.fidelity_tolerance_ms is not None:
+            cmd += ["--fidelity-tolerance-ms", str(self.fidelity_tolerance_ms)]
         for port, intf in self.ports:
             cmd += ["-i", f"{port}@{intf}"]
             rate, depth = self.shapes.get(port, (0.0, 64))

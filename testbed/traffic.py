@@ -7,11 +7,15 @@ import time
 from pathlib import Path
 
 
-def _start_server(server, port: int) -> None:
+def start_iperf3_server(server, port: int, timeout_s: float = 5.0) -> None:
+    """A one-shot iperf3 server on `port` of Mininet host `server`, listening when this returns."""
     server.cmd(f"iperf3 -s -1 -D -p {port} --logfile /dev/null")
-    deadline = time.monotonic() + 5
-    while f":{port}" not in server.cmd(f"ss -ltnH 'sport = :{port}'") and time.monotonic() < deadline:
+    deadline = time.monotonic() + timeout_s
+    while f":{port}" not in server.cmd(f"ss -ltnH 'sport = :{port}'"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"iperf3 server on {server.name}:{port} not listening after {timeout_s:.0f} s")
         time.sleep(0.1)
+
 
 
 def _rates(out: str, what: str) -> tuple[float, float]:
@@ -27,7 +31,7 @@ def iperf3_tcp(client, server, seconds: int = 5, port: int = 5201) -> tuple[floa
 
     iperf3 rather than Mininet's iperf: Mininet waits for an iperf 2 report on its telnet probe,
     which iperf 2.1 (Debian 12) does not print, so `iperf` in the stock CLI never returns."""
-    _start_server(server, port)
+    start_iperf3_server(server, port)
     out = client.cmd(f"iperf3 -c {server.IP()} -p {port} -t {seconds} -J")
     return _rates(out, f"{client.name} -> {server.name}")
 
@@ -39,7 +43,7 @@ def iperf3_parallel(pairs, seconds: int, out_dir: Path, base_port: int = 5301, o
     omit_s: seconds at the start left out of the rates (slow start); tag: names this run's files."""
     outputs = []
     for i, (_, server) in enumerate(pairs):
-        _start_server(server, base_port + i)
+        start_iperf3_server(server, base_port + i)
     for i, (client, server) in enumerate(pairs):
         path = out_dir / f"iperf3{tag}-{client.name}-{server.name}.json"
         client.cmd(f"iperf3 -c {server.IP()} -p {base_port + i} -t {seconds} -O {omit_s} -J > {path} 2>&1 &")

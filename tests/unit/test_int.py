@@ -12,7 +12,7 @@ from controller import entities as ent
 from controller.app import switch_program
 from controller.routing import compute_routes
 from softswitch.egress import EgressQueue
-from softswitch.inband import IntPending
+from softswitch.inband import REPORT_INTERVAL_S, IntPending
 from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
 from topologies import leafspine
@@ -22,9 +22,13 @@ from wire.p4info import P4Schema
 
 
 class Fabric:
-    """The default leaf-spine's pipelines, wired together in Python (no sockets)."""
+    """The default leaf-spine's pipelines, wired together in Python (no sockets).
+
+    The tests drive the clock: `now` (monotonic seconds, the switches' INT clocks start at 0) moves
+    only when a test moves it, so report rate limits and hop latencies do not depend on wall time."""
 
     def __init__(self) -> None:
+        self.now = 1.0
         self.topo = leafspine()
         self.plan = AddressPlan(self.topo)
         routes = compute_routes(self.topo, self.plan)
@@ -43,6 +47,7 @@ class Fabric:
                         schema, "StarIngress.int_source", {"hdr.ipv4.protocol": (proto, 0xFF)},
                         action_call=ent.action(schema, "StarIngress.int_watch", sample_log2=0), priority=1)))
             pipeline = Pipeline(state)
+            pipeline.int_engine.epoch = 0.0
             pipeline.packet_in = lambda frame, port, reason, name=sw.name: self.reports.append(
                 (name, port, reason, frame))
             self.pipelines[sw.name] = pipeline
@@ -60,12 +65,12 @@ class Fabric:
         path = []
         while True:
             path.append(node)
-            result = self.pipelines[node].ingress(frame, port)
+            result = self.pipelines[node].ingress(frame, port, self.now)
             if result is None:
                 return None, path
             out_port, out = result
             self.wire.clear()
-            self.queues[(node, out_port)].enqueue(out, 0.0)
+            self.queues[(node, out_port)].enqueue(out, self.now)
             (_, _, frame), = self.wire
             neighbour, nlink = [(n, lk) for n, lk in self.topo.neighbours(node) if lk.port_of(node) == out_port][0]
             if self.topo.is_host(neighbour):
@@ -120,8 +125,12 @@ def test_reports_are_rate_limited_per_flow(fabric):
     sent = frame_from(fabric, "h1", "h5", UDP(sport=4000, dport=5000))
     for _ in range(20):
         fabric.carry(sent, "h1")
+        fabric.now += REPORT_INTERVAL_S / 40
     assert len(fabric.reports) == 1
     assert fabric.pipelines["s4"].int_engine.rate_limited == 19
+    fabric.now += REPORT_INTERVAL_S
+    fabric.carry(sent, "h1")
+    assert len(fabric.reports) == 2
 
 
 def test_full_hop_budget_sets_e_and_pushes_nothing(fabric):
@@ -130,9 +139,9 @@ def test_full_hop_budget_sets_e_and_pushes_nothing(fabric):
     frame = bytes(Ether(src=a.mac, dst="02:53:00:01:00:01") / IP(src=a.ip, dst=b.ip, tos=DSCP_INT << 2)
                   / UDP(sport=9, dport=9) / (stack.pack() + b"data"))
     pipeline = fabric.pipelines["s1"]
-    port, pending = pipeline.ingress(frame, 1)
+    port, pending = pipeline.ingress(frame, 1, fabric.now)
     assert isinstance(pending, IntPending)
-    out = pipeline.int_engine.egress(pending, port, 0)
+    out = pipeline.int_engine.egress(pending, port, 0, fabric.now)
     parsed = parse(out, 42)
     assert parsed.e_flag and parsed.hops == []
 
@@ -140,8 +149,8 @@ def test_full_hop_budget_sets_e_and_pushes_nothing(fabric):
 def int_frame(fabric: Fabric, hops: int = 1) -> bytearray:
     """A valid INT frame as s1 (spine) receives it from s3."""
     sent = frame_from(fabric, "h1", "h5", UDP(sport=4000, dport=5000))
-    port, pending = fabric.pipelines["s3"].ingress(sent, 1)
-    return bytearray(fabric.pipelines["s3"].int_engine.egress(pending, port, 0))
+    port, pending = fabric.pipelines["s3"].ingress(sent, 1, fabric.now)
+    return bytearray(fabric.pipelines["s3"].int_engine.egress(pending, port, 0, fabric.now))
 
 
 @pytest.mark.parametrize("mutate", [
@@ -174,12 +183,12 @@ def test_random_mutations_never_crash_and_every_packet_is_accounted_for(fabric):
             frame[at] = rng.randrange(256)
         if rng.random() < 0.2:
             frame = frame[:rng.randrange(0, len(frame))]
-        result = spine.ingress(bytes(frame), 1)
+        result = spine.ingress(bytes(frame), 1, fabric.now)
         if result is None:
             continue
         port, out = result
         if isinstance(out, IntPending):
-            out = spine.int_engine.egress(out, port, 0)
+            out = spine.int_engine.egress(out, port, 0, fabric.now)
             assert int_length(out, 34 + 8) >= FIXED_BYTES + HOP_BYTES  # valid INT leaves valid
         forwarded += 1
     dropped = sum(spine.drops.as_dict().values())

@@ -1,0 +1,162 @@
+"""Reading a run's fidelity.csv: which 100 ms windows were faithful, and the one-line verdict.
+
+A window is *faithful* for a set of switches (the measured path) when none of them had a late
+event in it. A late event of lateness L detected at t flags every window that [t - L, t + L]
+touches (late_from .. late_until of its record): the stall itself, and the time the backlog it
+released needs to drain (a burst of L's worth of link time drains in L). Loop lag of the
+controller and host agents is reported beside the verdict ("so a late advice can be told from a
+slow advisor") but does not flag windows.
+Record format and tolerances: wire/fidelity.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wire.fidelity import WINDOW_S
+
+FIDELITY_CSV = "fidelity.csv"
+
+
+@dataclass(frozen=True)
+class WindowRecord:
+    """One line of fidelity.csv (times in wall-clock seconds, lateness in ms)."""
+
+    window: int  # index: start time / WINDOW_S
+    source: str
+    kind: str
+    events: int
+    late_events: int
+    max_late_ms: float
+    late_from: float | None
+    late_until: float | None
+    ingress_max_ms: float
+    egress_max_ms: float
+    drops: int | None
+
+    @property
+    def start(self) -> float:
+        return self.window * WINDOW_S
+
+    def flagged(self) -> range:
+        """Indices of the windows this record's late events spoil (empty if it has none)."""
+        if not self.late_events:
+            return range(0)
+        first = self.late_from if self.late_from is not None else self.start
+        until = self.late_until if self.late_until is not None else self.start + WINDOW_S
+        return range(min(self.window, int(first / WINDOW_S)), max(self.window, int(until / WINDOW_S)) + 1)
+
+
+def read_records(path: Path) -> list[WindowRecord]:
+    """Every record of a fidelity.csv; a truncated last line (process killed mid-write) is skipped."""
+    records = []
+    try:
+        with Path(path).open(newline="") as f:
+            for row in csv.DictReader(f):
+                try:
+                    records.append(WindowRecord(
+                        window=round(float(row["window"]) / WINDOW_S), source=row["source"], kind=row["kind"],
+                        events=int(row["events"]), late_events=int(row["late_events"]),
+                        max_late_ms=float(row["max_late_ms"]),
+                        late_from=float(row["late_from"]) if row["late_from"] else None,
+                        late_until=float(row["late_until"]) if row["late_until"] else None,
+                        ingress_max_ms=float(row["ingress_max_ms"]), egress_max_ms=float(row["egress_max_ms"]),
+                        drops=int(row["drops"]) if row["drops"] else None))
+                except (KeyError, TypeError, ValueError):
+                    continue
+    except FileNotFoundError:
+        pass
+    return records
+
+
+@dataclass
+class Verdict:
+    """Fidelity of [t0, t1) for `sources` (switch names): per window, who flagged it and why."""
+
+    t0: float
+    t1: float
+    run_start: float
+    windows: list[int]
+    flagged: dict[int, set[str]] = field(default_factory=dict)  # window -> switches that spoiled it
+    worst_ms: float = 0.0
+    worst_source: str = ""
+    worst_at: float = 0.0  # wall time of the worst window's start
+    loop_worst: dict[str, float] = field(default_factory=dict)  # controller/agents: worst lag (ms)
+
+    @property
+    def faithful(self) -> list[int]:
+        return [w for w in self.windows if w not in self.flagged]
+
+    @property
+    def fraction(self) -> float:
+        return len(self.faithful) / len(self.windows) if self.windows else 1.0
+
+    def is_faithful(self, t: float) -> bool:
+        return int(t / WINDOW_S) not in self.flagged
+
+    def line(self) -> str:
+        """'timing held in 97.3% of 100 ms windows; worst 41 ms on s3 at t=12.4 s' (t from the run's start)."""
+        text = (f"timing held in {100 * self.fraction:.1f}% of {len(self.windows)} "
+                f"{WINDOW_S * 1000:.0f} ms windows")
+        if self.worst_source:
+            text += (f"; worst {self.worst_ms:.1f} ms on {self.worst_source} "
+                     f"at t={self.worst_at - self.run_start:.1f} s")
+        if self.loop_worst:
+            who = max(self.loop_worst, key=self.loop_worst.__getitem__)
+            text += f"; loop lag worst {self.loop_worst[who]:.1f} ms ({who})"
+        return text
+
+    def flagged_lines(self) -> list[str]:
+        return [f"t={w * WINDOW_S - self.run_start:7.1f} s  {', '.join(sorted(self.flagged[w]))}"
+                for w in sorted(self.flagged) if w in set(self.windows)]
+
+
+def verdict(records: Iterable[WindowRecord], t0: float, t1: float, sources: Iterable[str] | None = None,
+            run_start: float | None = None) -> Verdict:
+    """The verdict over wall-clock [t0, t1) for the switches in `sources` (None: every switch)."""
+    wanted = set(sources) if sources is not None else None
+    first, last = int(t0 / WINDOW_S), math.ceil(t1 / WINDOW_S)
+    result = Verdict(t0, t1, t0 if run_start is None else run_start, list(range(first, last)))
+    for rec in records:
+        if rec.kind == "loop":
+            if first <= rec.window < last:
+                result.loop_worst[rec.source] = max(result.loop_worst.get(rec.source, 0.0), rec.max_late_ms)
+            continue
+        if wanted is not None and rec.source not in wanted:
+            continue
+        for w in rec.flagged():
+            if first <= w < last:
+                result.flagged.setdefault(w, set()).add(rec.source)
+        if first <= rec.window < last and rec.max_late_ms > result.worst_ms:
+            result.worst_ms, result.worst_source, result.worst_at = rec.max_late_ms, rec.source, rec.start
+    return result
+
+
+def drops_by_window(records: Iterable[WindowRecord], source: str) -> dict[int, int]:
+    """Tail drops per window that switch `source` counted."""
+    out: dict[int, int] = {}
+    for rec in records:
+        if rec.source == source and rec.kind == "switch" and rec.drops:
+            out[rec.window] = out.get(rec.window, 0) + rec.drops
+    return out
+
+
+def recent(records: Iterable[WindowRecord], now: float, seconds: float) -> dict[str, dict[str, float]]:
+    """Per source over the last `seconds`: windows seen, late windows, worst ms, events (CLI `fidelity`)."""
+    since = int((now - seconds) / WINDOW_S)
+    out: dict[str, dict[str, float]] = {}
+    for rec in records:
+        if rec.window < since:
+            continue
+        row = out.setdefault(rec.source, {"kind": rec.kind, "windows": 0, "late_windows": 0, "worst_ms": 0.0,
+                                          "events": 0, "drops": 0})
+        row["windows"] += 1
+        row["late_windows"] += bool(rec.late_events)
+        row["worst_ms"] = max(row["worst_ms"], rec.max_late_ms)
+        row["events"] += rec.events
+        row["drops"] += rec.drops or 0
+    return out

@@ -1,0 +1,103 @@
+"""Fidelity records (wire/fidelity.py) and the verdict read from them (testbed/fidelity.py), on a driven clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from softswitch.egress import EgressQueue
+from testbed.fidelity import drops_by_window, read_records, recent, verdict
+from wire.fidelity import FidelityWindows, create_file
+
+T0 = 1_000_000.0  # wall-clock seconds, on a window boundary
+
+
+@pytest.fixture()
+def path(tmp_path):
+    out = tmp_path / "fidelity.csv"
+    create_file(out)
+    return out
+
+
+def test_windows_aggregate_samples_and_late_events_carry_their_span(path):
+    fid = FidelityWindows(path, "s3", "switch", tolerance_ms=2.0)
+    fid.tick(T0, 0)
+    fid.events += 10
+    fid.egress_late(0.0005, T0 + 0.01)
+    fid.ingress_late(0.050, T0 + 0.08)  # a 50 ms stall seen at 80 ms
+    fid.tick(T0 + 0.1, 3)
+    fid.events += 5
+    fid.tick(T0 + 0.25, 3)
+    fid.close()
+    first, second = read_records(path)
+    assert (first.source, first.kind, first.events, first.late_events) == ("s3", "switch", 10, 1)
+    assert first.max_late_ms == pytest.approx(50.0) and first.ingress_max_ms == pytest.approx(50.0)
+    assert first.egress_max_ms == pytest.approx(0.5) and first.drops == 3
+    assert first.late_from == pytest.approx(T0 + 0.03) and first.late_until == pytest.approx(T0 + 0.13)
+    assert list(first.flagged()) == [first.window, first.window + 1]
+    assert second.late_events == 0 and not second.flagged() and second.drops == 0
+
+
+def test_samples_at_or_below_the_tolerance_are_not_late(path):
+    fid = FidelityWindows(path, "s1", "switch", tolerance_ms=2.0)
+    fid.tick(T0)
+    fid.events += 1
+    fid.late(0.002, T0 + 0.05)
+    fid.close()
+    (rec,) = read_records(path)
+    assert rec.late_events == 0 and rec.max_late_ms == pytest.approx(2.0)
+
+
+def test_bad_tolerance_is_refused(path):
+    with pytest.raises(ValueError, match="tolerance"):
+        FidelityWindows(path, "s1", "switch", tolerance_ms=0)
+
+
+def test_verdict_names_the_worst_switch_and_counts_faithful_windows(path):
+    s1, s3 = FidelityWindows(path, "s1", "switch"), FidelityWindows(path, "s3", "switch")
+    ctl = FidelityWindows(path, "controller", "loop")
+    for i in range(10):
+        now = T0 + i * 0.1
+        for fid in (s1, s3, ctl):
+            fid.tick(now)
+            fid.events += 1
+        if i == 4:
+            s3.late(0.041, now + 0.05)
+        ctl.late(0.007 if i == 2 else 0.001, now + 0.01)
+    for fid in (s1, s3, ctl):
+        fid.close()
+    records = read_records(path)
+    result = verdict(records, T0, T0 + 1.0, run_start=T0 - 10)
+    assert len(result.windows) == 10
+    assert sorted(result.flagged) == [round(T0 / 0.1) + 4]
+    assert result.fraction == pytest.approx(0.9)
+    assert result.line() == ("timing held in 90.0% of 10 100 ms windows; worst 41.0 ms on s3 at t=10.4 s; "
+                             "loop lag worst 7.0 ms (controller)")
+    assert not result.is_faithful(T0 + 0.45) and result.is_faithful(T0 + 0.35)
+    assert verdict(records, T0, T0 + 1.0, sources=["s1"]).fraction == 1.0  # s3 is not on this path
+    assert recent(records, T0 + 1.0, 0.65)["s3"]["late_windows"] == 1
+    assert recent(records, T0 + 1.0, 0.45)["s3"]["late_windows"] == 0
+
+
+def test_a_truncated_last_line_is_skipped(path):
+    fid = FidelityWindows(path, "s1", "switch")
+    fid.tick(T0, 0)
+    fid.events += 1
+    fid.tick(T0 + 0.1, 2)
+    fid.close()
+    with path.open("a") as f:
+        f.write("1000000.2,s1,swi")
+    assert [r.drops for r in read_records(path)] == [2]
+    assert drops_by_window(read_records(path), "s1") == {round(T0 / 0.1): 2}
+
+
+def test_egress_due_is_the_ideal_departure_of_a_backlogged_head():
+    sent = []
+    queue = EgressQueue(1, lambda f: sent.append(f) or len(f), 12.0, 64, 0.0)  # 1500 B per ms
+    while queue.tokens >= 1500:
+        queue.enqueue(b"x" * 1500, 0.0)
+    queue.enqueue(b"x" * 1500, 0.0)
+    assert queue.queue and queue.due == pytest.approx((1500 - queue.tokens) / 1.5e6)
+    queue.enqueue(b"x" * 1500, 0.0)
+    wait = queue.service(queue.due)
+    assert queue.due == pytest.approx(queue.due) and wait == pytest.approx(0.001, rel=0.01)
+    assert queue.service(1.0) is None and queue.due == 0.0

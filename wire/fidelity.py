@@ -1,0 +1,189 @@
+"""Emulation fidelity records: lateness per 100 ms window, appended by every process to fidelity.csv.
+
+Every process whose timing a result depends on measures how late it was:
+
+- a soft switch (kind ``switch``): per egress port while its queue is backlogged, each departure
+  against the ideal schedule at the port's rate (a frame that could have left at t left at
+  t + lateness); per receive batch, now minus the kernel's receive timestamp of the oldest frame;
+- the controller and each host agent (kind ``loop``): the lag of a periodic wake-up (scheduled vs
+  actual), so a late advice can be told from a slow advisor.
+
+Samples are aggregated per window of WINDOW_S of wall-clock time (windows align across processes)
+and one line per window is appended to the run's ``fidelity.csv`` with a single write(2) on an
+O_APPEND descriptor, so lines of different processes never interleave. A *late event* is a sample
+above the tolerance; ``late_from`` is the earliest moment a late event of the window was already
+late (its detection time minus its lateness), ``late_until`` the latest detection time plus
+lateness (the backlog a stall released drains in as long as the stall lasted), so a reader can flag
+every window a stall and its aftermath covered.
+The reader and the verdict are in testbed/fidelity.py.
+
+Default tolerance, DEFAULT_TOLERANCE_MS: a lateness of L at link rate R releases L·R/1500 frames at
+once; at the default 20 Mbit/s a frame takes 0.6 ms, so 2 ms is 3.3 frames, below the 5-packet queue
+a paced fabric should hold. The idle-machine distribution it is set above is in README (Fidelity).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+
+WINDOW_S = 0.1
+LAG_PERIOD_S = 0.01  # loop-lag probes wake this often
+DEFAULT_TOLERANCE_MS = 2.0
+COLUMNS = ("window", "source", "kind", "events", "late_events", "max_late_ms", "late_from", "late_until",
+           "ingress_max_ms", "egress_max_ms", "drops")
+HEADER = ",".join(COLUMNS) + "\n"
+
+
+def create_file(path: Path) -> None:
+    """Start an empty fidelity.csv (header only), before any process appends to it."""
+    Path(path).write_text(HEADER)
+
+
+class FidelityWindows:
+    """Lateness samples of one process, aggregated per window and appended to `path`.
+
+    source: who measured (switch or host name, "controller"); kind: "switch" or "loop";
+    tolerance_ms: a sample above it is a late event. Times are wall-clock seconds (time.time()),
+    so windows of different processes line up; callers on a monotonic clock pass
+    `monotonic + offset` (see wall_offset()).
+    """
+
+    __slots__ = ("fd", "source", "kind", "tolerance_s", "window", "events", "late_events", "max_late",
+                 "late_from", "late_until", "ingress_max", "egress_max", "drops_seen", "rows", "late_rows",
+                 "worst_s", "worst_at")
+
+    def __init__(self, path: Path | None, source: str, kind: str, tolerance_ms: float = DEFAULT_TOLERANCE_MS) -> None:
+        if tolerance_ms <= 0:
+            raise ValueError(f"fidelity tolerance must be > 0 ms, got {tolerance_ms}")
+        self.fd: int | None = None
+        if path is not None:
+            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            if os.fstat(self.fd).st_size == 0:
+                os.write(self.fd, HEADER.encode())
+        self.source = source
+        self.kind = kind
+        self.tolerance_s = tolerance_ms / 1000
+        self.window = -1
+        self.drops_seen = 0
+        self.rows = 0
+        self.late_rows = 0
+        self.worst_s = 0.0
+        self.worst_at = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.events = 0
+        self.late_events = 0
+        self.max_late = 0.0
+        self.late_from = 0.0
+        self.late_until = 0.0
+        self.ingress_max = 0.0
+        self.egress_max = 0.0
+
+    def tick(self, now: float, drops_total: int | None = None) -> None:
+        """Close the current window when `now` is past it; drops_total: cumulative tail drops."""
+        window = int(now / WINDOW_S)
+        if window == self.window:
+            return
+        if self.window >= 0 and (self.events or self.late_events):
+            self._write(drops_total)
+        elif drops_total is not None:
+            self.drops_seen = drops_total
+        self.window = window
+        self._reset()
+
+    def _write(self, drops_total: int | None) -> None:
+        drops = ""
+        if drops_total is not None:
+            drops = str(drops_total - self.drops_seen)
+            self.drops_seen = drops_total
+        line = (f"{self.window * WINDOW_S:.1f},{self.source},{self.kind},{self.events},{self.late_events},"
+                f"{self.max_late * 1e3:.3f},{f'{self.late_from:.6f}' if self.late_events else ''},"
+                f"{f'{self.late_until:.6f}' if self.late_events else ''},"
+                f"{self.ingress_max * 1e3:.3f},{self.egress_max * 1e3:.3f},{drops}\n")
+        self.rows += 1
+        if self.late_events:
+            self.late_rows += 1
+        if self.max_late > self.worst_s:
+            self.worst_s, self.worst_at = self.max_late, self.window * WINDOW_S
+        if self.fd is not None:
+            os.write(self.fd, line.encode())
+
+    def late(self, lateness_s: float, now: float) -> None:
+        """One sample (seconds late at wall time `now`), of no particular direction."""
+        if lateness_s > self.max_late:
+            self.max_late = lateness_s
+        if lateness_s > self.tolerance_s:
+            start, until = now - lateness_s, now + lateness_s
+            if not self.late_events:
+                self.late_from, self.late_until = start, until
+            elif start < self.late_from:
+                self.late_from = start
+            if until > self.late_until:
+                self.late_until = until
+            self.late_events += 1
+
+    def ingress_late(self, lateness_s: float, now: float) -> None:
+        if lateness_s > self.ingress_max:
+            self.ingress_max = lateness_s
+        self.late(lateness_s, now)
+
+    def egress_late(self, lateness_s: float, now: float) -> None:
+        if lateness_s > self.egress_max:
+            self.egress_max = lateness_s
+        self.late(lateness_s, now)
+
+    def wake_up(self, lag_s: float) -> None:
+        """A loop-lag probe woke `lag_s` after it was due (now, on the wall clock)."""
+        now = time.time()
+        self.tick(now)
+        self.events += 1
+        self.late(lag_s if lag_s > 0 else 0.0, now)
+
+    def summary(self) -> dict[str, float | int]:
+        """Totals over the closed windows (for a process's stats)."""
+        return {"tolerance_ms": self.tolerance_s * 1e3, "windows": self.rows, "late_windows": self.late_rows,
+                "worst_ms": round(self.worst_s * 1e3, 3), "worst_window": self.worst_at}
+
+    def close(self, now: float | None = None, drops_total: int | None = None) -> None:
+        """Write the last window and close the file."""
+        if self.window >= 0 and (self.events or self.late_events):
+            self._write(drops_total)
+        self.window = -1
+        self._reset()
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def wall_offset() -> float:
+    """time.time() - time.monotonic(): add it to a monotonic time to get the wall time."""
+    return time.time() - time.monotonic()
+
+
+async def watch_loop_lag(windows: FidelityWindows, stopping: asyncio.Event, period_s: float = LAG_PERIOD_S) -> None:
+    """Sample this asyncio loop's lag (actual minus scheduled wake-up) every period_s until `stopping`."""
+    loop = asyncio.get_running_loop()
+    try:
+        while not stopping.is_set():
+            due = loop.time() + period_s
+            await asyncio.sleep(period_s)
+            windows.wake_up(loop.time() - due)
+    finally:
+        windows.close()
+
+
+def watch_thread_lag(windows: FidelityWindows, stopping: threading.Event, period_s: float = LAG_PERIOD_S) -> None:
+    """The same for a threaded process: the lag of a thread's timed wait (scheduling and GIL)."""
+    try:
+        while True:
+            due = time.monotonic() + period_s
+            if stopping.wait(period_s):
+                break
+            windows.wake_up(time.monotonic() - due)
+    finally:
+        windows.close()
