@@ -1,13 +1,16 @@
 """The testbed's Mininet CLI: Mininet's commands (pingall, iperf, hN cmd ...) plus a banner and
-`switches` / `queues` to show what the P4 switches report."""
+`switches` / `queues` / `int` / `advice` / `mode` / `fidelity` to show and steer the fabric."""
 
 from __future__ import annotations
 
 import grpc
 from mininet.cli import CLI
 
+from testbed.fidelity import read_records, recent
 from testbed.net import Testbed
 from testbed.traffic import iperf3_tcp
+
+FIDELITY_SECONDS = 10.0
 
 
 def banner(tb: Testbed) -> str:
@@ -18,7 +21,8 @@ def banner(tb: Testbed) -> str:
         f"programmed over P4Runtime by the controller",
         f"  run directory: {tb.run_dir}",
         "  logs: switches/<name>.log, controller.log, p4runtime-requests.log",
-        "  try: pingall | iperf h1 h8 | h1 ping -c3 h8 | switches | queues s3 | int s3 | advice | mode advice | exit",
+        "  try: pingall | iperf h1 h8 | h1 ping -c3 h8 | switches | queues s3 | int s3 | advice | mode advice",
+        "       fidelity | exit",
     ]
     return "\n".join(lines) + "\n"
 
@@ -165,3 +169,27 @@ class StarNetCLI(CLI):
                     f"  port {port:>3} {p['iface']:10} q {p['qdepth_pkts']:>3}/{p['depth_pkts']:<3} "
                     f"max {p['max_qdepth_pkts']:>3} drops {p['queue_drops']:>6} tx {p['tx_pkts']:>9} pkts "
                     f"{p['rate_mbps']:.0f} Mbps\n")
+
+    def do_fidelity(self, line: str) -> None:
+        """fidelity [seconds]: per switch, controller and host agent over the last seconds (default 10):
+        100 ms windows seen, windows with a late event, worst lateness, frames or wake-ups; and the verdict."""
+        try:
+            seconds = float(line.split()[0]) if line.split() else FIDELITY_SECONDS
+        except ValueError:
+            self.stdout.write(f"fidelity: expected seconds, got {line.strip()!r}\n")
+            return
+        records = read_records(self.tb.fidelity_path)
+        now = self.tb.now()
+        rows = recent(records, now, seconds)
+        if not rows:
+            self.stdout.write(f"fidelity: no records in the last {seconds:g} s ({self.tb.fidelity_path})\n")
+            return
+        tolerance = next((s.process.fidelity_tolerance_ms for s in self.tb.switches.values()), None)
+        self.stdout.write(f"last {seconds:g} s, late = above {tolerance or 'the default'} ms "
+                          "(switch: departure/receive lateness; loop: wake-up lag)\n")
+        self.stdout.write(f"{'source':12} {'kind':6} {'windows':>7} {'late':>5} {'worst ms':>9} "
+                          f"{'frames/wakes':>12} {'drops':>6}\n")
+        for source, r in sorted(rows.items(), key=lambda kv: (kv[1]["kind"] != "switch", kv[0])):
+            self.stdout.write(f"{source:12} {r['kind']:6} {r['windows']:>7} {r['late_windows']:>5} "
+                              f"{r['worst_ms']:>9.1f} {r['events']:>12} {r['drops']:>6}\n")
+        self.stdout.write(f"verdict: {self.tb.verdict(now - seconds, now).line()}\n")

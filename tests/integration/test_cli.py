@@ -44,6 +44,11 @@ def test_cli_pingall_and_queues_through_a_tty():
         assert int(child.match.group(1)) > 0
         child.expect(r"s3 +[56] +(\d\.\d\d)")
         child.expect_exact("mininet> ")
+        child.sendline("fidelity 30")  # the iperf3 flow crossed s3: it has windows with frames
+        child.expect(r"s3 +switch +(\d+) +(\d+) +([\d.]+) +(\d+)")
+        assert int(child.match.group(1)) > 0 and int(child.match.group(4)) > 0, child.match.group(0)
+        child.expect(r"verdict: timing held in [\d.]+% of \d+ 100 ms windows")
+        child.expect_exact("mininet> ")
         child.sendline("exit")
         child.expect(pexpect.EOF, timeout=30)
     finally:
