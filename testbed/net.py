@@ -229,6 +229,9 @@ class Testbed:
         self.agents = {}
         self._end_controller()
         if self.net is not None:
+            for host in self.net.hosts:
+                if host.shell is not None and (left := host.end_processes()):
+                    info(f"*** ended {len(left)} process(es) left in {host.name}: {left}\n")
             try:
                 self.net.stop()
             finally:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 from mininet.node import Host, Switch
@@ -95,3 +98,39 @@ class StarHost(Host):
         self.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
         self.cmd(f"ip route replace default via {gateway_ip} dev {intf} onlink")
         self.cmd(f"ip neigh replace {gateway_ip} lladdr {gateway_mac} dev {intf} nud permanent")
+
+    def end_processes(self, grace_s: float = 2.0) -> list[int]:
+        """End what was started inside this host's network namespace and outlived its shell's
+        job control (daemonised iperf3 servers, `cmd ... &` jobs): SIGTERM, then SIGKILL after
+        `grace_s`. Only processes in this namespace, never the host's shell or anything outside."""
+        mine = _netns(self.pid)
+        if mine is None or mine == _netns(os.getpid()):
+            return []
+        pids = [pid for pid in _pids() if pid != self.pid and _netns(pid) == mine]
+        for pid in pids:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(_netns(pid) == mine for pid in pids):
+            time.sleep(0.05)
+        for pid in pids:
+            if _netns(pid) == mine:
+                _signal(pid, signal.SIGKILL)
+        return pids
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _netns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from testbed.rundir import process_start_time
+from tests.checks import assert_within, wait_until  # noqa: F401  (re-exported for the tests)
 
 
 def links_named(prefixes: tuple[str, ...]) -> list[str]:
@@ -26,15 +26,6 @@ UDP_SENDER = Path(__file__).with_name("udp_sender.py")
 
 def send_udp(host, dst_ip: str, sport: int, count: int) -> None:
     host.cmd(f"{sys.executable} {UDP_SENDER} {dst_ip} {sport} {count}")
-
-
-def wait_until(predicate, timeout_s: float = 5.0, interval_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
 
 
 def is_root() -> bool:
