@@ -74,6 +74,9 @@ class SyncSession:
             self.loop.close()
 
 
+RECEIVE_TIMEOUT_S = 10.0  # a ceiling: receives return as soon as the frames they wait for are in
+
+
 class SwitchHarness:
     """target: "soft" or "bmv2"; ports: number of switch ports (1..N); shapes: {port: (Mbit/s, pkts)}."""
 
@@ -183,24 +186,29 @@ class SwitchHarness:
                 pass
 
     def receive(self, port: int, match: Callable[[bytes], bool], count: int = 1,
-                timeout_s: float = 3.0, settle_s: float = 0.0) -> list[bytes]:
+                timeout_s: float = RECEIVE_TIMEOUT_S, settle_s: float = 0.0) -> list[bytes]:
         """Frames arriving at host `port` that satisfy `match`: stop at `count`, or at timeout_s.
 
         settle_s: after reaching `count`, keep listening this long (to catch extra frames)."""
-        sock = self.sockets[port]
-        got: list[bytes] = []
+        return self.receive_many([port], match, count, timeout_s, settle_s)[port]
+
+    def receive_many(self, ports: list[int], match: Callable[[bytes], bool], count: int = 1,
+                     timeout_s: float = RECEIVE_TIMEOUT_S, settle_s: float = 0.0) -> dict[int, list[bytes]]:
+        """receive() over several host ports at once: stop when `count` frames arrived in all."""
+        socks = {self.sockets[p]: p for p in ports}
+        got: dict[int, list[bytes]] = {p: [] for p in ports}
         deadline = time.monotonic() + timeout_s
         settling = False
         while (remaining := deadline - time.monotonic()) > 0:
-            if select.select([sock], [], [], remaining)[0]:
+            for sock in select.select(list(socks), [], [], remaining)[0]:
                 try:
                     while True:
                         frame = sock.recv(10000)
                         if match(frame):
-                            got.append(frame)
+                            got[socks[sock]].append(frame)
                 except BlockingIOError:
                     pass
-            if len(got) >= count and not settling:
+            if sum(map(len, got.values())) >= count and not settling:
                 if not settle_s:
                     break
                 settling = True

@@ -7,14 +7,13 @@ One switch, four ports, host ends in namespaces; programmed over P4Runtime:
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from controller import entities as ent
 from testbed.switchproc import bmv2_missing
+from tests.checks import assert_within, wait_until
 from tests.dataplane.harness import SwitchHarness
 
 pytestmark = [pytest.mark.root]
@@ -24,6 +23,8 @@ NHOP_MAC = "02:00:00:00:0e:{:02x}"
 MARK_DPORT = 9999
 ECN_PORT, ECN_THRESHOLD = 4, 4
 SELECTOR = "StarIngress.ecmp_selector"
+ARRIVAL_TIMEOUT_S = 10.0  # a ceiling, not a wait: receive() returns as soon as the frames are in
+WATCH_PORT_TIMEOUT_S = 5.0
 
 
 @pytest.fixture(scope="module", params=["soft", "bmv2"])
@@ -93,8 +94,8 @@ def flows_by_port(switch: SwitchHarness, sports: range) -> dict[int, set[int]]:
     for sport in sports:
         switch.send(1, udp("10.2.0.9", sport=sport))
     seen: dict[int, set[int]] = {}
-    for port in (2, 3):
-        for frame in switch.receive(port, ours, count=len(sports), timeout_s=1.5):
+    for port, frames in switch.receive_many([2, 3], ours, count=len(sports)).items():
+        for frame in frames:
             seen.setdefault(port, set()).add(int.from_bytes(frame[34:36], "big"))
     return seen
 
@@ -112,10 +113,13 @@ def test_member_whose_watch_port_is_down_gets_no_traffic(switch):
     sports = range(21000, 21064)
     switch.set_link(3, False)
     try:
-        time.sleep(0.3)  # the soft switch polls link state every 50 ms; BMv2's port monitor is similar
+        # The soft switch polls link state every 50 ms, BMv2's port monitor similarly: wait for
+        # the member to leave (bounded), then check one more full round.
+        moved = wait_until(lambda: set(flows_by_port(switch, sports)) == {2}, WATCH_PORT_TIMEOUT_S, 0)
         seen = flows_by_port(switch, sports)
     finally:
         switch.set_link(3, True)
+    assert moved, f"flows still reach the down port 3 after {WATCH_PORT_TIMEOUT_S} s"
     assert set(seen) == {2} and seen[2] == set(sports)
 
 
@@ -141,13 +145,18 @@ def test_ecn_marks_ect_traffic_above_the_queue_threshold(switch):
     switch.drain()
     # 40 frames of 1000 B at once into a 2 Mbit/s port: the queue builds well past 4 packets.
     switch.send(1, udp(f"10.1.0.{ECN_PORT}", tos=0x02, size=1000), count=40)
-    frames = switch.receive(ECN_PORT, ours, count=40, timeout_s=6.0)
+    frames = switch.receive(ECN_PORT, ours, count=40, timeout_s=ARRIVAL_TIMEOUT_S)
     ecn = [Ether(f)[IP].tos & 3 for f in frames]
     assert len(ecn) == 40, f"{len(ecn)} of 40 frames arrived"
-    assert ecn[0] == 2 and ecn[-1] == 3, ecn
-    assert ecn.count(3) >= 40 - 2 * ECN_THRESHOLD - 4, ecn
+    # The first THRESHOLD frames found fewer than THRESHOLD ahead of them whatever the timing; the
+    # 40 frames leave the sender within a few ms and drain in 160 ms, so most find a queue (half
+    # still do if the sender stalls 60 ms).
+    assert ecn[:ECN_THRESHOLD] == [2] * ECN_THRESHOLD, ecn
+    assert ecn.count(3) >= 20, ecn
     switch.send(1, udp(f"10.1.0.{ECN_PORT}", tos=0x00, size=1000), count=20)
-    assert all(Ether(f)[IP].tos & 3 == 0 for f in switch.receive(ECN_PORT, ours, count=20, timeout_s=4.0))
+    plain = switch.receive(ECN_PORT, ours, count=20, timeout_s=ARRIVAL_TIMEOUT_S)
+    assert len(plain) == 20, f"{len(plain)} of 20 non-ECT frames arrived"
+    assert all(Ether(f)[IP].tos & 3 == 0 for f in plain), "a non-ECT frame was marked"
 
 
 def fault_entry(h: SwitchHarness, dst: str, action_call):
@@ -177,14 +186,21 @@ def test_fault_drop_probability_is_within_statistical_bounds(switch):
     switch.write([ent.insert(entry)])
     try:
         switch.drain()
+        dropped_before = counter(switch, "StarIngress.fault_drops", 1)[0]
+        tx_before = counter(switch, "StarEgress.port_tx", 2)[0]
         sent = 800
         for i in range(sent):
             switch.send(1, udp("10.1.0.2", sport=30000 + i % 100))
-        delivered = len(switch.receive(2, ours, count=sent, timeout_s=2.0))
+        handled = wait_until(lambda: counter(switch, "StarIngress.fault_drops", 1)[0] - dropped_before
+                             + counter(switch, "StarEgress.port_tx", 2)[0] - tx_before >= sent, ARRIVAL_TIMEOUT_S)
+        forwarded = counter(switch, "StarEgress.port_tx", 2)[0] - tx_before
+        delivered = len(switch.receive(2, ours, count=forwarded, timeout_s=ARRIVAL_TIMEOUT_S))
     finally:
         switch.write([ent.delete(entry)])
+    assert handled, "the switch did not count all 800 frames as dropped or forwarded"
+    assert delivered == forwarded, f"{forwarded} counted out of port 2, {delivered} arrived"
     # Binomial(800, 0.75): mean 600, sd 12.2; ±5 sd.
-    assert 539 <= delivered <= 661, delivered
+    assert_within(delivered, 600, 61, what="frames delivered of 800 at 25% drop")
 
 
 def test_port_counters_count_what_passed(switch):

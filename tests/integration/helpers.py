@@ -30,3 +30,19 @@ def send_udp(host, dst_ip: str, sport: int, count: int) -> None:
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+def unreachable_pairs(net, timeout_s: int = 2, attempts: int = 3) -> list[tuple[str, str]]:
+    """Ordered host pairs whose ping fails `attempts` times in a row (one echo each, `timeout_s`
+    each): a stall of the shared machine can lose one echo's deadline, a missing route loses all."""
+    failing = []
+    for src in net.hosts:
+        for dst in net.hosts:
+            if src is dst:
+                continue
+            for _ in range(attempts):
+                if " 1 received" in src.cmd(f"ping -c1 -W{timeout_s} {dst.IP()}"):
+                    break
+            else:
+                failing.append((src.name, dst.name))
+    return failing

@@ -11,6 +11,7 @@ import pytest
 from controller.service import get_state
 from testbed.net import Testbed
 from testbed.traffic import iperf3_parallel
+from tests.checks import assert_within, wait_until
 from topologies import dumbbell
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
@@ -19,20 +20,35 @@ BOTTLENECK = ("s1", "3")  # s1's port toward s2
 ECN_THRESHOLD = 64 // 4
 
 
+RECEIVED_MIN_MBPS = 10.0  # behaviour (both flows get through); the 90% goal is the bench's
+INSTANT_TOLERANCE = 0.20  # one reading vs the receivers' average over the run
+MEAN_TOLERANCE = 0.10  # the readings' mean over the run vs the receivers' average
+
+
+def both_flows_seen(tb: Testbed) -> bool:
+    state = get_state(tb.run_dir, include_flows=True)
+    flows = [f for f in state.flows if f.dst_port >= 5301]
+    return len(flows) >= 2 and any((p.switch, str(p.port)) == BOTTLENECK and p.has_rate for p in state.ports)
+
+
 @pytest.fixture(scope="module")
 def run():
     with Testbed(dumbbell(2), dataplane="soft", name="test-telemetry") as tb:
         pairs = [(tb.host("h1"), tb.host("h3")), (tb.host("h2"), tb.host("h4"))]
         result: list = []
+        started = tb.now()
         flows = threading.Thread(target=lambda: result.extend(iperf3_parallel(pairs, seconds=8, out_dir=tb.run_dir)))
         flows.start()
-        time.sleep(4)  # mid-run: both flows share the bottleneck; three readings 0.5 s apart
+        assert wait_until(lambda: both_flows_seen(tb), 5.0), "the collector never saw both flows"
+        # Past slow start, both flows share the bottleneck: three readings 0.5 s apart.
+        wait_until(lambda: tb.now() >= started + 3.0, 5.0)
         states = []
         for _ in range(3):
             states.append(get_state(tb.run_dir, include_flows=True))
-            time.sleep(0.5)
+            time.sleep(0.5)  # the sampling interval, not a wait for anything
         flows.join(30)
-        yield tb, result, states
+        verdict = tb.verdict(started, tb.now(), ["s1", "s2"])
+        yield tb, result, states, verdict
     # (the Testbed context has torn everything down here)
 
 
@@ -45,40 +61,41 @@ def series(tb: Testbed) -> dict[tuple[str, str], list[dict]]:
 
 
 def test_collector_utilisation_matches_the_receivers(run):
-    tb, rates, states = run
+    tb, rates, states, verdict = run
     received = sum(r for r, _ in rates)
-    assert received > 15, rates
+    assert received > RECEIVED_MIN_MBPS, rates
     readings = sorted((p for state in states for p in state.ports if (p.switch, str(p.port)) == BOTTLENECK),
                       key=lambda p: p.tx_rate_mbps)
     assert len(readings) == 3 and all(p.has_rate for p in readings)
     bottleneck = readings[1]  # the median of the three
-    assert abs(bottleneck.tx_rate_mbps - received) <= 0.10 * received, (readings, rates)
+    assert_within(bottleneck.tx_rate_mbps, received, INSTANT_TOLERANCE * received,
+                  what=f"median bottleneck reading (Mbit/s); {verdict.line()}")
     rows = [r for r in series(tb)[BOTTLENECK] if r["tx_rate_mbps"]]
     # Over the run (first and last second excluded), the rate readings agree with the receivers.
     middle = rows[len(rows) // 8: -len(rows) // 8]
     mean = sum(float(r["tx_rate_mbps"]) for r in middle) / len(middle)
-    assert abs(mean - received) <= 0.10 * received, (mean, rates)
+    assert_within(mean, received, MEAN_TOLERANCE * received, what=f"mean bottleneck reading (Mbit/s); {verdict.line()}")
     print(f"receivers {received:.2f} Mbit/s, collector {mean:.2f} Mbit/s mean, "
-          f"{bottleneck.tx_rate_mbps:.2f} latest, utilisation {bottleneck.utilisation:.2f}")
+          f"{bottleneck.tx_rate_mbps:.2f} latest, utilisation {bottleneck.utilisation:.2f}; {verdict.line()}")
 
 
 def test_queue_readings_rise_at_the_bottleneck_only(run):
-    tb, _, _ = run
+    tb, _, _, verdict = run
     rows = series(tb)
     bottleneck_peak = max(int(r["queue_pkts"]) for r in rows[BOTTLENECK])
     assert bottleneck_peak > ECN_THRESHOLD, bottleneck_peak
     for port in ("1", "2"):  # s2's host ports: ~10 of 20 Mbit/s each
-        readings = sorted(int(r["queue_pkts"]) for r in rows[("s2", port)])
-        # The soft switch shares two cores with everything else: when it is scheduled late, the
-        # frames that waited in its socket arrive at once and a few queue briefly. Those bursts
-        # are a few percent of the readings at most (p99 0-3 across runs); a congested port is
-        # never this low.
+        # When a switch is scheduled late, the frames that waited in its socket arrive at once and
+        # queue briefly: the monitor flags those windows. In faithful ones the host ports carry
+        # half a link each and hardly queue; a congested port is never this low.
+        readings = sorted(int(r["queue_pkts"]) for r in rows[("s2", port)] if verdict.is_faithful(float(r["time"])))
+        assert len(readings) >= 20, f"{len(readings)} faithful readings on s2:{port}; {verdict.line()}"
         p95 = readings[int(0.95 * (len(readings) - 1))]
-        assert p95 <= 1 and readings[-1] < ECN_THRESHOLD, (port, p95, readings[-1])
+        assert p95 <= 1 and readings[-1] < ECN_THRESHOLD, (port, p95, readings[-1], verdict.line())
 
 
 def test_flow_paths_cross_the_bottleneck(run):
-    _, _, states = run
+    _, _, states, _ = run
     forward = [f for f in states[-1].flows if f.dst in ("10.0.2.1", "10.0.2.2") and f.dst_port >= 5301]
     assert len(forward) >= 2
     for flow in forward:
