@@ -49,13 +49,14 @@ class PortSpec:
     depth_pkts: int = 64
 
 
-def open_port_socket(iface: str) -> socket.socket:
+def open_port_socket(iface: str, timestamps: bool = True) -> socket.socket:
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
     sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
-    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    if timestamps:  # the fidelity monitor's ingress lateness
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.bind((iface, 0))
     sock.setblocking(False)
     return sock
@@ -96,7 +97,7 @@ class DataPlane:
         self.sockets: dict[int, socket.socket] = {}
         self.egress: dict[int, EgressQueue] = {}
         for spec in ports:
-            sock = open_port_socket(spec.iface)
+            sock = open_port_socket(spec.iface, timestamps=fidelity is not None)
             self.sockets[spec.port] = sock
             self.egress[spec.port] = EgressQueue(spec.port, sock.send, spec.rate_mbps, spec.depth_pkts, now)
             self.egress[spec.port].int_egress = pipeline.int_engine.egress

@@ -117,6 +117,17 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
     return result
 
 
+def pacing_cleared(tb: Testbed, hosts=SENDERS, receiver: str = RECEIVER) -> bool:
+    """Every host's agent last applied line rate (0) toward `receiver`: advice cleared or expired."""
+    dst_ip = tb.host(receiver).IP()
+    for host in hosts:
+        with (tb.run_dir / "hostagents" / f"{host}.csv").open() as f:
+            rows = [r for r in csv.DictReader(f) if r["dst"] == dst_ip]
+        if rows and rows[-1]["rate_bps"] != "0":
+            return False
+    return True
+
+
 R = TypeVar("R")
 
 

@@ -76,9 +76,11 @@ class SwitchProcess:
 
     def __init__(self, name: str, device_id: int, grpc_port: int, run_dir: Path,
                  ports: list[tuple[int, str]], shapes: dict[int, tuple[float, int]], seed: int | None = None,
-                 fidelity_tolerance_ms: float | None = None) -> None:
+                 fidelity_tolerance_ms: float | None = None, fidelity: bool = True) -> None:
         """seed: the switch's RNG seed (default: derived from the device id, so runs repeat);
-        fidelity_tolerance_ms: the soft switch's late-event threshold (default wire/fidelity.py's)."""
+        fidelity_tolerance_ms: the soft switch's late-event threshold (default wire/fidelity.py's);
+        fidelity: False runs the soft switch without its monitor (bench: the monitor's cost)."""
+        self.fidelity = fidelity
         self.name = name
         self.seed = device_id if seed is None else seed
         self.fidelity_tolerance_ms = fidelity_tolerance_ms
@@ -161,8 +163,8 @@ class SoftSwitchProcess(SwitchProcess):
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "softswitch", "--device-id", str(self.device_id), "--name", self.name,
                "--grpc-server-addr", self.grpc_address, "--cpu-port", str(CPU_PORT),
-               "--stats-file", str(self.stats_path), "--seed", str(self.seed),
-               "--fidelity-file", str(self.run_dir / FIDELITY_CSV)]
+               "--stats-file", str(self.stats_path), "--seed", str(self.seed)]
+        cmd += ["--fidelity-file", str(self.run_dir / FIDELITY_CSV)] if self.fidelity else ["--no-fidelity"]
         if self.fidelity_tolerance_ms is not None:
             cmd += ["--fidelity-tolerance-ms", str(self.fidelity_tolerance_ms)]
         for port, intf in self.ports:

@@ -15,7 +15,7 @@ import pytest
 from controller.proto import advice_pb2 as pb
 from controller.proto import advice_pb2_grpc as pb_grpc
 from controller.service import channel
-from testbed.incast import RECEIVER, SENDERS, measure_faithfully, run_incast
+from testbed.incast import RECEIVER, measure_faithfully, pacing_cleared, run_incast
 from testbed.net import Testbed
 from testbed.traffic import start_iperf3_server
 from tests.integration.helpers import wait_until
@@ -39,21 +39,11 @@ def set_mode(tb: Testbed, mode: str) -> None:
         assert pb_grpc.AdviceStub(ch).SetMode(pb.ModeRequest(mode=mode), timeout=5).mode == mode
 
 
-def pacing_cleared(tb: Testbed, hosts, dst_ip: str) -> bool:
-    """Every host's agent last applied line rate (0) for dst_ip: advice cleared or expired."""
-    for host in hosts:
-        with (tb.run_dir / "hostagents" / f"{host}.csv").open() as f:
-            rows = [r for r in csv.DictReader(f) if r["dst"] == dst_ip]
-        if rows and rows[-1]["rate_bps"] != "0":
-            return False
-    return True
-
-
 def test_incast_with_advice_has_no_queue_and_fair_shares_then_without_it(fabric):
     advice = measure_faithfully(lambda: run_incast(fabric, "advice", "-advice"), lambda r: r.verdict)
     set_mode(fabric, "none")
     try:
-        assert wait_until(lambda: pacing_cleared(fabric, SENDERS, fabric.host(RECEIVER).IP()), 5.0), \
+        assert wait_until(lambda: pacing_cleared(fabric), 5.0), \
             "advice was not cleared within 5 s of mode none"
         plain = run_incast(fabric, "none", "-none")
     finally:

@@ -1,0 +1,111 @@
+"""Incast 6→1 on the default fabric, advice vs none, repeated, with the fidelity verdict of every run.
+
+    sudo .venv/bin/python bench/incast_fidelity.py [--runs 10] [--modes advice,none]
+
+One leaf-spine testbed; the modes are switched with SetMode between runs (advice cleared before a
+`none` run). Each run is testbed/incast.py's measurement: six iperf3 TCP flows into h5 for 8 s
+after 3 s of slow start; the bottleneck is s4's port to h5 (20 Mbit/s, 64 packets). Per run it
+prints the queue over faithful windows (p99, p90) and over all, drops in faithful windows and in
+flagged ones (per window), Jain's index, utilisation and the verdict. Goals (issue "Fidelity and
+gate"): in advice mode, over faithful windows, p99 queue ≤ 5 packets and 0 drops in ≥ 9 of 10
+runs, and every advice-mode drop in a window the monitor flagged. Results: results.json in the run
+directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from controller.proto import advice_pb2 as pb  # noqa: E402
+from controller.proto import advice_pb2_grpc as pb_grpc  # noqa: E402
+from controller.service import channel  # noqa: E402
+from testbed.fidelity import read_records  # noqa: E402
+from testbed.incast import SENDERS, IncastResult, pacing_cleared, run_incast  # noqa: E402
+from testbed.net import Testbed  # noqa: E402
+from topologies import leafspine  # noqa: E402
+from wire.fidelity import DEFAULT_TOLERANCE_MS  # noqa: E402
+
+P99_GOAL, RUNS_GOAL = 5, 0.9
+
+
+def set_mode(tb: Testbed, mode: str) -> None:
+    with channel(tb.run_dir) as ch:
+        pb_grpc.AdviceStub(ch).SetMode(pb.ModeRequest(mode=mode), timeout=5)
+
+
+def row(i: int, r: IncastResult) -> str:
+    flagged = ", ".join(f"t={t:.1f}:{d}" for t, d in sorted(r.drops_flagged.items())) or "-"
+    return (f"{r.mode:7} {i:>3} {100 * r.verdict.fraction:6.1f}% {r.p(0.99):>5.0f} {r.p(0.90):>5.0f} "
+            f"{r.p(0.99, False):>5.0f} {r.drops_faithful:>6} {sum(r.drops_flagged.values()):>7} "
+            f"{r.jain:6.3f} {r.utilisation:5.2f}  {flagged}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--modes", default="advice,none")
+    args = parser.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    results: dict[str, list[IncastResult]] = {m: [] for m in modes}
+    header = (f"{'mode':7} {'run':>3} {'faith':>7} {'p99':>5} {'p90':>5} {'p99all':>5} {'drops':>6} "
+              f"{'flagged':>7} {'jain':>6} {'util':>5}  drops in flagged windows (t: drops)")
+    with Testbed(leafspine(), dataplane="soft", name="bench-incast-fidelity", mode=modes[0]) as tb:
+        print(f"run directory {tb.run_dir}; {args.runs} runs per mode of {len(SENDERS)}→1 incast, "
+              f"queue/drops over faithful 100 ms windows")
+        print(header, flush=True)
+        for i in range(1, args.runs + 1):
+            for mode in modes:
+                set_mode(tb, mode)
+                if mode == "none":
+                    deadline = time.monotonic() + 10
+                    while not pacing_cleared(tb) and time.monotonic() < deadline:
+                        time.sleep(0.1)
+                started = time.monotonic()
+                result = run_incast(tb, mode, tag=f"-{mode}-{i}")
+                results[mode].append(result)
+                print(row(i, result) + f"   ({time.monotonic() - started:.0f} s)", flush=True)
+    print("\n" + header)
+    for mode in modes:
+        for i, r in enumerate(results[mode], 1):
+            print(row(i, r))
+    for mode in modes:
+        rs = results[mode]
+        good = sum(1 for r in rs if r.p(0.99) <= P99_GOAL and r.drops_faithful == 0)
+        share = sum(r.verdict.fraction for r in rs) / len(rs)
+        print(f"\n{mode}: {good} of {len(rs)} runs with faithful p99 queue <= {P99_GOAL} and 0 faithful drops; "
+              f"mean faithful share {100 * share:.1f}%; drops faithful {sum(r.drops_faithful for r in rs)}, "
+              f"in flagged windows {sum(r.drops - r.drops_faithful for r in rs)}")
+    verdict = "n/a"
+    if "advice" in results:
+        rs = results["advice"]
+        good = sum(1 for r in rs if r.p(0.99) <= P99_GOAL and r.drops_faithful == 0)
+        unflagged = sum(r.drops_faithful for r in rs)
+        met = good >= RUNS_GOAL * len(rs) and unflagged == 0
+        verdict = "MET" if met else "NOT MET"
+        print(f"goal (advice): p99 <= {P99_GOAL} and 0 drops over faithful windows in >= {RUNS_GOAL:.0%} of runs, "
+              f"every drop in a flagged window -> {good}/{len(rs)} runs, {unflagged} drops in faithful windows: "
+              f"{verdict}")
+    records = [r for r in read_records(tb.fidelity_path) if r.kind == "switch" and r.events]
+    worst = sorted(r.max_late_ms for r in records)
+    if worst:
+        q = {p: worst[int(p * (len(worst) - 1))] for p in (0.5, 0.9, 0.99)}
+        late = sum(1 for r in records if r.late_events)
+        print(f"calibration: per-window worst lateness of the switches over the whole run ({len(worst)} windows "
+              f"with frames): p50 {q[0.5]:.2f} ms, p90 {q[0.9]:.2f}, p99 {q[0.99]:.2f}, max {worst[-1]:.1f}; "
+              f"{100 * late / len(worst):.1f}% of them above the {DEFAULT_TOLERANCE_MS:g} ms tolerance")
+    out = tb.run_dir / "results.json"
+    out.write_text(json.dumps({m: [r.summary() for r in rs] for m, rs in results.items()} | {"goal": verdict},
+                              indent=1, default=str))
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
