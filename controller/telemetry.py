@@ -148,6 +148,8 @@ class Collector:
 
 def decode_report(frame: bytes) -> tuple[IntStack, tuple[str, str, int, int, int]]:
     """The INT stack and 5-tuple of a report frame (Ethernet / IPv4 / TCP|UDP / INT ...)."""
+    if len(frame) < 38:
+        raise IntFormatError(f"report of {len(frame)} bytes is shorter than Ethernet + IPv4 + ports")
     if frame[12:14] != b"\x08\x00" or frame[14] != 0x45 or frame[15] >> 2 != DSCP_INT:
         raise IntFormatError("report is not an IPv4 frame carrying INT")
     proto = frame[23]

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 from softswitch.dataplane import DataPlane, PortSpec
-from softswitch.p4rt_server import Device, P4RuntimeService, serve
+from softswitch.p4rt_server import DEFAULT_MAX_STREAMS, Device, P4RuntimeService, serve
 from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
 from wire.fidelity import DEFAULT_TOLERANCE_MS, FidelityWindows
@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fidelity-tolerance-ms", type=float, default=DEFAULT_TOLERANCE_MS,
                         help="a departure or receive later than this is a late event (default %(default)s)")
     parser.add_argument("--no-fidelity", action="store_true", help="do not measure lateness")
+    parser.add_argument("--max-streams", type=int, default=DEFAULT_MAX_STREAMS,
+                        help="P4Runtime StreamChannels served at once; more get RESOURCE_EXHAUSTED")
     return parser.parse_args(argv)
 
 
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.p4info:
         device.schema, device.state = schema, pipeline.state
         device.config.p4info.CopyFrom(schema.p4info)
-    service = P4RuntimeService(device)
+    service = P4RuntimeService(device, args.max_streams)
     pipeline.packet_in = service.send_packet_in
     try:
         server, _ = serve(service, args.grpc_server_addr)

@@ -30,6 +30,7 @@ ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h: do not read back our own transmissions
 PACKET_QDISC_BYPASS = 20  # linux/if_packet.h: hand frames straight to the driver (the queue is ours)
+BAD_FRAME_LOGS = 5  # tracebacks logged per kind of pipeline failure; the rest are only counted
 SO_TIMESTAMPNS = 35  # asm-generic/socket.h: received frames carry the kernel's arrival time (CLOCK_REALTIME)
 TIMESPEC = struct.Struct("@qq")
 ANCILLARY_BYTES = 64
@@ -89,6 +90,7 @@ class DataPlane:
         self.cpu_port = cpu_port
         self.stats_file = stats_file
         self.pending_out: deque[tuple[int, bytes]] = deque()
+        self.bad_frame_kinds: dict[str, int] = {}  # exception type -> frames the pipeline failed on
         self.stop_event = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -180,7 +182,11 @@ class DataPlane:
                             break
                         count += 1
                         nbytes += len(frame)
-                        result = ingress(frame, in_port, now)
+                        try:
+                            result = ingress(frame, in_port, now)
+                        except Exception as exc:  # noqa: BLE001 - no frame may end the data plane
+                            self._bad_frame(exc, frame, in_port)
+                            continue
                         if result is None:
                             continue
                         out_port, out = result
@@ -280,6 +286,7 @@ class DataPlane:
             "uptime_s": time.time() - self.started,
             "drops": self.pipeline.drops.as_dict(),
             "flow_cache_entries": len(self.pipeline.flow_cache),
+            "pipeline_failures": dict(self.bad_frame_kinds),
             "fidelity": self.fidelity.summary() if self.fidelity is not None else None,
             "ports": {
                 str(port): {"iface": self.specs[port].iface, "up": self.pipeline.port_up.get(port, False),
@@ -287,6 +294,16 @@ class DataPlane:
                 for port, queue in self.egress.items()
             },
         }
+
+    def _bad_frame(self, exc: Exception, frame: bytes, in_port: int) -> None:
+        """A frame the pipeline could not handle: counted as malformed, dropped; the first few
+        tracebacks of each kind are logged with the frame's bytes, the rest counted."""
+        self.pipeline.count_drop("malformed", in_port, len(frame))
+        kind = type(exc).__name__
+        seen = self.bad_frame_kinds[kind] = self.bad_frame_kinds.get(kind, 0) + 1
+        if seen <= BAD_FRAME_LOGS:
+            log.error("port %d: dropped a %d-byte frame the pipeline failed on (%s, %d of this kind): %s",
+                      in_port, len(frame), kind, seen, frame[:64].hex(), exc_info=exc)
 
     def write_stats(self) -> None:
         assert self.stats_file is not None

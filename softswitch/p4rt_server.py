@@ -33,13 +33,27 @@ class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_me
     pass
 
 
+# Binary trailing metadata travels base64-encoded, and gRPC clients refuse trailers beyond 8 KiB
+# (soft) / 16 KiB (hard) by default: the per-update details are cut to fit well below that.
+DETAILS_BUDGET_BYTES = 4096
+
+
 def _abort_with_details(context: grpc.ServicerContext, code: grpc.StatusCode, message: str,
                         errors: list[p4r.Error]) -> None:
+    """P4Runtime spec §12.3 (Error reporting): one p4.v1.Error per update, in order, in the
+    google.rpc.Status details. A batch whose details would not fit DETAILS_BUDGET_BYTES gets those
+    of its first updates only, and the message says how many were left out."""
     status = rpc_status.Status(code=code.value[0], message=message)
-    for error in errors:
+    for i, error in enumerate(errors):
         status.details.add().Pack(error)
+        if status.ByteSize() > DETAILS_BUDGET_BYTES:
+            del status.details[-1]
+            failed_after = sum(1 for e in errors[i:] if e.canonical_code != rpc_code.OK)
+            status.message = (f"{message} (details for the first {i} of {len(errors)} updates; "
+                              f"{failed_after} more failed beyond them)")
+            break
     context.abort_with_status(
-        _Status(code, message, (("grpc-status-details-bin", status.SerializeToString()),))
+        _Status(code, status.message, (("grpc-status-details-bin", status.SerializeToString()),))
     )
 
 
@@ -75,8 +89,16 @@ class Device:
         self.config = p4r.ForwardingPipelineConfig()
 
 
+DEFAULT_MAX_STREAMS = 16  # open StreamChannels; more are refused with RESOURCE_EXHAUSTED
+UNARY_WORKERS = 8  # threads for Write/Read/Capabilities/pipeline calls, never taken by streams
+REFUSAL_WORKERS = 8  # headroom so a stream beyond the limit reaches its refusal instead of queueing
+
+
 class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, max_streams: int = DEFAULT_MAX_STREAMS) -> None:
+        if max_streams < 1:
+            raise ValueError(f"max_streams must be >= 1, got {max_streams}")
+        self.max_streams = max_streams
         self.device = device
         self.lock = threading.Lock()
         self.clients: list[_Client] = []
@@ -187,7 +209,14 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
     def StreamChannel(self, request_iterator, context):
         client = _Client()
         with self.lock:
-            self.clients.append(client)
+            full = len(self.clients) >= self.max_streams
+            if not full:
+                self.clients.append(client)
+        if full:
+            # Each stream holds a server thread; beyond the limit a stream is refused at once, so
+            # that unary calls and the streams already open are never starved.
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"this switch serves at most {self.max_streams} StreamChannels at once")
         reader = threading.Thread(target=self._read_stream, args=(client, request_iterator, context),
                                   daemon=True, name="p4rt-stream-reader")
         reader.start()
@@ -311,8 +340,12 @@ def _verify(schema: P4Schema) -> None:
     Pipeline(RuntimeState(schema))
 
 
-def serve(service: P4RuntimeService, address: str, max_workers: int = 8) -> tuple[grpc.Server, int]:
-    """Start the service on `address`; return the server and the bound TCP port (0 for unix:)."""
+def serve(service: P4RuntimeService, address: str) -> tuple[grpc.Server, int]:
+    """Start the service on `address`; return the server and the bound TCP port (0 for unix:).
+
+    Threads: one per open stream (up to service.max_streams), UNARY_WORKERS more for unary calls,
+    and REFUSAL_WORKERS for streams beyond the limit to be told RESOURCE_EXHAUSTED."""
+    max_workers = service.max_streams + UNARY_WORKERS + REFUSAL_WORKERS
     host = address.rsplit(":", 1)[0] if not address.startswith("unix:") else ""
     if host.strip("[]") in ("0.0.0.0", "::", ""):
         if not address.startswith("unix:"):

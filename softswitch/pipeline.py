@@ -162,10 +162,10 @@ class Pipeline:
             result = self.flow_cache[key] = self.walk_tables(in_port, key[1], key[2][:8], key[2][8:])
         port, macs, drop_prob, sample_log2, sink = result
         if port == DROPPED:
-            self._count_drop(macs, in_port, len(frame))  # type: ignore[arg-type]
+            self.count_drop(macs, in_port, len(frame))  # type: ignore[arg-type]
             return None
         if drop_prob and self.rng.random() < drop_prob:
-            self._count_drop("fault", in_port, len(frame))
+            self.count_drop("fault", in_port, len(frame))
             return None
         ttl = frame[22]
         if ttl <= 1:
@@ -197,17 +197,20 @@ class Pipeline:
 
     def _int_transit(self, out: bytearray, in_port: int, port: int, sink: bool,
                      key: tuple, now: float) -> tuple[int, IntPending] | None:
-        int_off = 34 + l4_header_length(out, 34, key[1])
         try:
+            int_off = 34 + l4_header_length(out, 34, key[1])
             int_length(out, int_off)
         except IntFormatError:
-            self._count_drop("malformed", in_port, len(out))
+            self.count_drop("malformed", in_port, len(out))
             return None
         return port, IntPending(out, in_port, int_off, sink, now, flow_slot(key[2], key[1]))
 
     def _int_source(self, out: bytearray, in_port: int, port: int, sink: bool,
-                    key: tuple, now: float) -> tuple[int, IntPending]:
-        int_off = 34 + l4_header_length(out, 34, key[1])
+                    key: tuple, now: float) -> tuple[int, bytearray | IntPending]:
+        try:
+            int_off = 34 + l4_header_length(out, 34, key[1])
+        except IntFormatError:
+            return port, out  # no whole TCP/UDP header: the P4 source's hdr.tcp/udp is not valid
         return port, IntPending(insert_source_header(out, int_off), in_port, int_off, sink, now,
                                 flow_slot(key[2], key[1]))
 
@@ -215,7 +218,7 @@ class Pipeline:
         """Flow key of a frame off the fast path (IPv4 options, short frames); None if dropped."""
         n = len(frame)
         if n < 14:
-            self._count_drop("malformed", in_port, n)
+            self.count_drop("malformed", in_port, n)
             return None
         if frame[12:14] == ETHERTYPE_PROBE:
             self.to_cpu(frame, in_port, REASON_PROBE)
@@ -226,7 +229,7 @@ class Pipeline:
         vihl = frame[14] if n > 14 else 0
         ihl = (vihl & 0x0F) * 4
         if n < 34 or vihl >> 4 != 4 or ihl < 20 or n < 14 + ihl:
-            self._count_drop("malformed", in_port, n)
+            self.count_drop("malformed", in_port, n)
             return None
         proto = frame[23]
         l4 = 14 + ihl
@@ -234,7 +237,7 @@ class Pipeline:
             return in_port, proto, frame[26:34] + frame[l4:l4 + 4]
         return in_port, proto, frame[26:34]
 
-    def _count_drop(self, reason: str, in_port: int, nbytes: int) -> None:
+    def count_drop(self, reason: str, in_port: int, nbytes: int) -> None:
         setattr(self.drops, reason, getattr(self.drops, reason) + 1)
         if reason == "fault" and in_port < len(self.fault_drops):
             self.fault_drops[in_port] += 1

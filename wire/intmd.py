@@ -136,10 +136,20 @@ def parse(data: bytes, offset: int = 0) -> IntStack:
 
 
 def l4_header_length(frame: bytes, l4: int, proto: int) -> int:
-    """Length of the TCP (data offset) or UDP (8) header at frame offset `l4`."""
+    """Length of the TCP (data offset) or UDP (8) header at frame offset `l4`; IntFormatError when
+    the frame ends before that header does, or a TCP data offset is below 5 words (a P4 parser
+    would reject both before any INT header could be read behind them)."""
     if proto == 17:
-        return 8
-    return (frame[l4 + 12] >> 4) * 4
+        length = 8
+    else:
+        if len(frame) < l4 + 20:
+            raise IntFormatError(f"TCP header truncated: {len(frame) - l4} of 20 bytes")
+        length = (frame[l4 + 12] >> 4) * 4
+        if length < 20:
+            raise IntFormatError(f"TCP data offset {length // 4} words, below the minimum of 5")
+    if len(frame) < l4 + length:
+        raise IntFormatError(f"L4 header runs past the end of the frame ({len(frame) - l4} of {length} bytes)")
+    return length
 
 
 # ---- scapy layers: pkt.show() explains INT bytes ------------------------------------------------

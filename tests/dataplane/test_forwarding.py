@@ -223,3 +223,20 @@ def test_malformed_ipv4_is_counted_and_dropped(switch):
     switch.send(1, udp("10.1.0.2"))
     assert len(switch.receive(2, ours)) == 1
     assert counter(switch, "StarIngress.malformed", 1)[0] - before == 1
+
+
+def test_short_tcp_claiming_int_is_dropped_and_the_next_frame_flows(switch):
+    """The 40-byte frame of issue "Robustness" (DSCP 0x20, TCP, 6 bytes of TCP) used to end the
+    soft switch's data plane: it is dropped and counted as malformed; the switch goes on."""
+    before = counter(switch, "StarIngress.malformed", 1)[0]
+    ip = IP(src="10.1.0.1", dst="10.1.0.2", tos=0x80, proto=6, ttl=64)
+    ip.len = 26
+    killer = bytes(Ether(src="02:00:00:00:0d:01", dst=SMAC.format(1)) / ip) + b"\x00" * 6
+    assert len(killer) == 40
+    switch.drain()
+    switch.send(1, killer)
+    switch.send(1, udp("10.1.0.2"))
+    assert len(switch.receive(2, ours)) == 1, "the valid frame after the short one did not arrive"
+    assert switch.switch.running
+    if switch.target == "soft":  # BMv2's parser rejects it before the malformed counter
+        assert counter(switch, "StarIngress.malformed", 1)[0] - before == 1

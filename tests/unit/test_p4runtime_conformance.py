@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 import grpc
 import pytest
 
 from controller import entities as ent
-from softswitch.p4rt_server import Device, P4RuntimeService, serve
+from softswitch.p4rt_server import DEFAULT_MAX_STREAMS, Device, P4RuntimeService, serve
 from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
+from tests.checks import wait_until
 from wire.p4info import P4Schema
 from wire.proto import p4r, p4r_grpc, rpc_status
 
 DEVICE_ID = 7
+CAPABILITIES_MEDIAN_S = 0.1
 
 
 class Stream:
@@ -24,6 +27,7 @@ class Stream:
     def __init__(self, stub: p4r_grpc.P4RuntimeStub) -> None:
         self.requests: queue.Queue = queue.Queue()
         self.responses: queue.Queue = queue.Queue()
+        self.error: grpc.StatusCode | None = None  # how the server ended the stream, if it did
         self.call = stub.StreamChannel(iter(self.requests.get, None))
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -31,8 +35,8 @@ class Stream:
         try:
             for response in self.call:
                 self.responses.put(response)
-        except grpc.RpcError:
-            pass
+        except grpc.RpcError as exc:
+            self.error = exc.code()
 
     def arbitrate(self, election_low: int) -> p4r.StreamMessageResponse:
         request = p4r.StreamMessageRequest()
@@ -282,3 +286,65 @@ def test_packet_in_goes_to_primary(primary, switch):
     meta = {m.metadata_id: m.value for m in message.packet.metadata}
     assert message.packet.payload == b"\xaa" * 64
     assert meta[1] == b"\x04" and meta[2] == b"\x01"
+
+
+def test_streams_beyond_the_limit_are_refused_and_unary_calls_never_wait(switch):
+    """100 StreamChannels at once: the first DEFAULT_MAX_STREAMS are served (arbitration answered),
+    the rest refused with RESOURCE_EXHAUSTED; Capabilities answers all along (it used to time out
+    once 8 streams held every server thread)."""
+    stub, _, _, _, service = switch
+    streams = [Stream(stub) for _ in range(100)]
+    try:
+        for i, stream in enumerate(streams):
+            request = p4r.StreamMessageRequest()
+            request.arbitration.device_id = DEVICE_ID
+            request.arbitration.election_id.low = i + 1
+            stream.requests.put(request)
+        latencies = []
+
+        def settled() -> bool:
+            started = time.monotonic()
+            stub.Capabilities(p4r.CapabilitiesRequest(), timeout=2.0)
+            latencies.append(time.monotonic() - started)
+            return all(s.error is not None or not s.responses.empty() for s in streams)
+
+        assert wait_until(settled, 20.0, 0.02), "some streams got neither an answer nor a refusal"
+        answered = [s for s in streams if s.error is None]
+        refused = [s.error for s in streams if s.error is not None]
+        assert len(answered) == service.max_streams == DEFAULT_MAX_STREAMS
+        assert set(refused) == {grpc.StatusCode.RESOURCE_EXHAUSTED} and len(refused) == 100 - DEFAULT_MAX_STREAMS
+        for _ in range(20):  # and while the served streams stay open
+            settled()
+        latencies.sort()
+        median = latencies[len(latencies) // 2]
+        print(f"Capabilities: {len(latencies)} calls, median {1e3 * median:.1f} ms, max {1e3 * latencies[-1]:.1f} ms")
+        assert median <= CAPABILITIES_MEDIAN_S, latencies
+    finally:
+        for stream in streams:
+            stream.close()
+    # Closed streams free their slots: a new client is served again.
+    assert wait_until(lambda: not service.clients, 5.0), f"{len(service.clients)} streams still held"
+    fresh = Stream(stub)
+    try:
+        assert fresh.arbitrate(1000).arbitration.status.code == 0
+    finally:
+        fresh.close()
+
+
+def test_spec_12_3_a_big_failed_batch_has_details_a_default_client_can_read(primary, schema):
+    """10,000 updates, 5,000 failing: the details would be ~350 KB of trailers, beyond gRPC's 16 KiB
+    default client limit; they are cut to the first updates, in order, and the message counts the rest."""
+    stub, _ = primary
+    write(stub, [ent.insert(nhop_member(schema)), ent.insert(lpm_entry(schema))])
+    bad = lpm_entry(schema, "10.0.3.9")
+    bad.table_id = 12345
+    updates = [ent.modify(lpm_entry(schema)) if i % 2 == 0 else ent.insert(bad) for i in range(10_000)]
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, updates)
+    assert info.value.code() == grpc.StatusCode.UNKNOWN, info.value.details()
+    assert "5000 of 10000 updates failed" in info.value.details()
+    codes = [e.canonical_code for e in error_details(info.value)]
+    assert len(codes) >= 50, f"only {len(codes)} details"
+    assert codes == [0 if i % 2 == 0 else grpc.StatusCode.NOT_FOUND.value[0] for i in range(len(codes))]
+    left_out = 5000 - codes.count(grpc.StatusCode.NOT_FOUND.value[0])
+    assert f"details for the first {len(codes)} of 10000 updates; {left_out} more failed" in info.value.details()

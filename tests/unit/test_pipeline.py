@@ -197,3 +197,43 @@ def test_int_sampling_is_configurable_and_can_be_off(fabric):
 
     assert watches(5) == [b"\x05", b"\x05"]  # TCP and UDP, 1 in 32
     assert watches(None) == []
+
+
+def int_pipeline(fabric, switch: str = "s3") -> Pipeline:
+    """The switch's program with INT on every packet (source on host ports)."""
+    topo, plan, routes = fabric
+    schema = P4Schema.load()
+    state = RuntimeState(schema)
+    for update in switch_program(schema, topo, plan, switch, routes[switch], int_sample_log2=0):
+        state.apply(update)
+    return Pipeline(state)
+
+
+def short_l4(proto: int, tos: int, l4_bytes: int) -> bytes:
+    """Ethernet + IPv4 (IHL 5, to h5) + only `l4_bytes` of the L4 header (issue "Robustness": the
+    40-byte DSCP 0x20 TCP frame with 6 bytes of TCP used to kill the data plane)."""
+    ip = IP(src="10.0.3.1", dst="10.0.4.1", tos=tos, proto=proto, ttl=64)
+    ip.len = 20 + l4_bytes
+    return bytes(Ether(src="00:00:0a:00:03:01", dst="02:53:00:03:00:01") / ip) + bytes(range(l4_bytes))
+
+
+@pytest.mark.parametrize("proto", [6, 17])
+@pytest.mark.parametrize("tos", [0x00, 0x80])  # plain, and DSCP 0x20 (claims INT)
+@pytest.mark.parametrize("l4_bytes", [0, 4, 6, 7, 8, 12, 19])
+def test_short_l4_headers_never_raise_and_valid_frames_still_flow(fabric, proto, tos, l4_bytes):
+    pipeline = int_pipeline(fabric)
+    frame = short_l4(proto, tos, l4_bytes)
+    result = pipeline.ingress(frame, 1, now=0.0)  # must not raise, whatever it decides
+    if tos == 0x80 and (proto == 6 or l4_bytes < 8):
+        # Claims INT but has no whole L4 header in front of it: malformed, counted.
+        assert result is None and pipeline.malformed[1] == 1, (result, pipeline.malformed[1])
+    valid = pipeline.ingress(udp("10.0.3.1", "10.0.4.1", 4242), 1, now=0.0)
+    assert valid is not None and valid[0] in (5, 6)
+
+
+def test_tcp_data_offset_below_five_is_not_read_as_int(fabric):
+    pipeline = int_pipeline(fabric)
+    frame = bytearray(short_l4(6, 0x80, 40))
+    frame[14 + 20 + 12] = 0x20  # data offset 2 words
+    assert pipeline.ingress(bytes(frame), 1, now=0.0) is None
+    assert pipeline.malformed[1] == 1
