@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import grpc
 
+from wire.p4info import BitwidthError
+
 
 class P4RuntimeError(Exception):
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
@@ -33,3 +35,13 @@ def unimplemented(message: str) -> P4RuntimeError:
 
 def exhausted(message: str) -> P4RuntimeError:
     return P4RuntimeError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+
+
+def out_of_range(message: str) -> P4RuntimeError:
+    return P4RuntimeError(grpc.StatusCode.OUT_OF_RANGE, message)
+
+
+def value_error(exc: ValueError) -> P4RuntimeError:
+    """P4Runtime spec §8.3: a value beyond its bitwidth is OUT_OF_RANGE; other bad bytestrings
+    (empty) are INVALID_ARGUMENT."""
+    return (out_of_range if isinstance(exc, BitwidthError) else invalid)(str(exc))

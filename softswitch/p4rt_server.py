@@ -40,9 +40,10 @@ DETAILS_BUDGET_BYTES = 4096
 
 def _abort_with_details(context: grpc.ServicerContext, code: grpc.StatusCode, message: str,
                         errors: list[p4r.Error]) -> None:
-    """P4Runtime spec §12.3 (Error reporting): one p4.v1.Error per update, in order, in the
-    google.rpc.Status details. A batch whose details would not fit DETAILS_BUDGET_BYTES gets those
-    of its first updates only, and the message says how many were left out."""
+    """P4Runtime spec, "Write RPC": one p4.v1.Error per update, in order, in the google.rpc.Status
+    details. A batch whose details would not fit DETAILS_BUDGET_BYTES gets those of its first
+    updates only, and the message says how many were left out: the spec's "gRPC Metadata Maximum
+    Size" notes that beyond 8 KB a default client receives a bare RESOURCE_EXHAUSTED instead."""
     status = rpc_status.Status(code=code.value[0], message=message)
     for i, error in enumerate(errors):
         status.details.add().Pack(error)

@@ -15,7 +15,16 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from softswitch.errors import P4RuntimeError, exhausted, exists, invalid, not_found, unimplemented
+from softswitch.errors import (
+    P4RuntimeError,
+    exhausted,
+    exists,
+    invalid,
+    not_found,
+    out_of_range,
+    unimplemented,
+    value_error,
+)
 from wire.p4info import ActionInfo, P4Schema, TableInfo, decode_value
 from wire.proto import p4r
 
@@ -187,7 +196,7 @@ class RuntimeState:
             try:
                 args.append(decode_value(given.pop(p.id), p.bitwidth, f"{where}: {info.name}.{p.name}"))
             except ValueError as exc:
-                raise invalid(str(exc)) from None
+                raise value_error(exc) from None
         if given:
             raise invalid(f"{where}: unknown parameter id(s) {sorted(given)} for {info.name}")
         return ActionCall(info.id, info.name, tuple(args))
@@ -243,7 +252,7 @@ class RuntimeState:
                 else:
                     raise invalid(f"{what}: {kind} match given for a {f.kind} field")
             except ValueError as exc:
-                raise invalid(str(exc)) from None
+                raise value_error(exc) from None
         return tuple(fields), prefix_len
 
     def _write_table_entry(self, kind: int, entry: p4r.TableEntry) -> None:
@@ -340,6 +349,9 @@ class RuntimeState:
             return
         if kind == p4r.Update.INSERT and mid in profile.members:
             raise exists(f"{name}: member {mid} already exists")
+        size = self.schema.action_profiles[member.action_profile_id].size
+        if kind == p4r.Update.INSERT and size and len(profile.members) >= size:
+            raise exhausted(f"{name}: action profile is full ({size} members)")
         if kind == p4r.Update.MODIFY and mid not in profile.members:
             raise not_found(f"{name}: member {mid} does not exist")
         call = self._action_call(member.action, allowed, f"{name} member {mid}")
@@ -370,7 +382,11 @@ class RuntimeState:
         if limit and len(group.members) > limit:
             raise exhausted(f"{name}: group {gid} has {len(group.members)} members, max {limit}")
         members = []
+        listed: set[int] = set()
         for m in group.members:
+            if m.member_id in listed:
+                raise invalid(f"{name}: group {gid} lists member {m.member_id} twice")
+            listed.add(m.member_id)
             if m.member_id not in profile.members:
                 raise not_found(f"{name}: group {gid} references missing member {m.member_id}")
             if m.weight < 0:
@@ -395,7 +411,7 @@ class RuntimeState:
         indices = [entry.index.index] if entry.HasField("index") else range(counter.size)
         for i in indices:
             if not 0 <= i < counter.size:
-                raise invalid(f"counter index {i} out of range 0..{counter.size - 1}")
+                raise out_of_range(f"counter index {i} out of range 0..{counter.size - 1}")
         for i in indices:
             counter.packets[i] = entry.data.packet_count
             counter.bytes[i] = entry.data.byte_count
@@ -494,7 +510,7 @@ class RuntimeState:
             counter = self.counters[cid]
             if query.HasField("index"):
                 if not 0 <= query.index.index < counter.size:
-                    raise invalid(f"counter index {query.index.index} out of range")
+                    raise out_of_range(f"counter index {query.index.index} out of range 0..{counter.size - 1}")
                 indices = [query.index.index]
             else:
                 indices = range(counter.size)

@@ -195,11 +195,16 @@ def encode_value(value: int, bitwidth: int) -> bytes:
     return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
 
 
+class BitwidthError(ValueError):
+    """A bytestring whose value does not fit its bitwidth (P4Runtime spec §8.3: OUT_OF_RANGE)."""
+
+
 def decode_value(data: bytes, bitwidth: int, what: str) -> int:
-    """Integer of a P4Runtime bytestring; ValueError naming `what` if it exceeds `bitwidth`."""
+    """Integer of a P4Runtime bytestring; ValueError naming `what` if empty, BitwidthError if the
+    value exceeds `bitwidth`."""
     if not data:
         raise ValueError(f"{what}: empty bytestring")
     value = int.from_bytes(data, "big")
     if value >= (1 << bitwidth):
-        raise ValueError(f"{what}: value 0x{data.hex()} does not fit in {bitwidth} bits")
+        raise BitwidthError(f"{what}: value 0x{data.hex()} does not fit in {bitwidth} bits")
     return value

@@ -288,8 +288,9 @@ def test_packet_in_goes_to_primary(primary, switch):
     assert meta[1] == b"\x04" and meta[2] == b"\x01"
 
 
-def test_streams_beyond_the_limit_are_refused_and_unary_calls_never_wait(switch):
-    """100 StreamChannels at once: the first DEFAULT_MAX_STREAMS are served (arbitration answered),
+def test_spec_stream_limit_streams_beyond_it_are_refused_and_unary_calls_never_wait(switch):
+    """P4Runtime spec, "StreamChannel" arbitration: streams beyond the supported limit end with
+    RESOURCE_EXHAUSTED. 100 StreamChannels at once: the first DEFAULT_MAX_STREAMS are served (arbitration answered),
     the rest refused with RESOURCE_EXHAUSTED; Capabilities answers all along (it used to time out
     once 8 streams held every server thread)."""
     stub, _, _, _, service = switch
@@ -331,9 +332,11 @@ def test_streams_beyond_the_limit_are_refused_and_unary_calls_never_wait(switch)
         fresh.close()
 
 
-def test_spec_12_3_a_big_failed_batch_has_details_a_default_client_can_read(primary, schema):
-    """10,000 updates, 5,000 failing: the details would be ~350 KB of trailers, beyond gRPC's 16 KiB
-    default client limit; they are cut to the first updates, in order, and the message counts the rest."""
+def test_spec_grpc_metadata_maximum_size_a_big_failed_batch_is_readable(primary, schema):
+    """P4Runtime spec, "gRPC Metadata Maximum Size" (and "Write RPC"): one p4.Error per update would
+    be ~350 KB of trailers for 10,000 updates, far beyond gRPC's 8 KiB default, and the client would
+    get a bare RESOURCE_EXHAUSTED. The details are cut to the first updates, in order, and the
+    message counts the failures left out: every client can read them."""
     stub, _ = primary
     write(stub, [ent.insert(nhop_member(schema)), ent.insert(lpm_entry(schema))])
     bad = lpm_entry(schema, "10.0.3.9")
@@ -348,3 +351,50 @@ def test_spec_12_3_a_big_failed_batch_has_details_a_default_client_can_read(prim
     assert codes == [0 if i % 2 == 0 else grpc.StatusCode.NOT_FOUND.value[0] for i in range(len(codes))]
     left_out = 5000 - codes.count(grpc.StatusCode.NOT_FOUND.value[0])
     assert f"details for the first {len(codes)} of 10000 updates; {left_out} more failed" in info.value.details()
+
+
+def test_spec_bytestrings_a_value_beyond_its_bitwidth_is_out_of_range(primary, schema):
+    """P4Runtime spec, "Bytestrings": a value that does not fit the bitwidth is OUT_OF_RANGE."""
+    stub, _ = primary
+    member = nhop_member(schema, member_id=7, port=1)
+    member.action.params[0].value = (512).to_bytes(2, "big")  # port is bit<9>
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [ent.insert(member)])
+    assert info.value.code() == grpc.StatusCode.OUT_OF_RANGE, info.value.details()
+    entry = ent.table_entry(schema, "StarIngress.port_role", {"standard_metadata.ingress_port": 1},
+                            action_call=ent.action(schema, "StarIngress.set_port_role", role=1))
+    entry.action.action.params[0].value = (0x100).to_bytes(2, "big")  # role is bit<8>
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [ent.insert(entry)])
+    assert info.value.code() == grpc.StatusCode.OUT_OF_RANGE, info.value.details()
+
+
+def test_spec_counterentry_an_index_beyond_the_counter_is_out_of_range(primary, schema):
+    """P4Runtime spec, "CounterEntry": OUT_OF_RANGE if the index exceeds the size of the array."""
+    stub, _ = primary
+    request = p4r.ReadRequest(device_id=DEVICE_ID)
+    counter = request.entities.add().counter_entry
+    counter.counter_id = schema.id_of("StarEgress.port_tx")
+    counter.index.index = 100_000
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.Read(request))
+    assert info.value.code() == grpc.StatusCode.OUT_OF_RANGE, info.value.details()
+
+
+def test_spec_group_programming_a_group_listing_a_member_twice_is_invalid(primary, schema):
+    """P4Runtime spec, "Group Programming": `members` must not include duplicates."""
+    stub, _ = primary
+    write(stub, [ent.insert(nhop_member(schema))])
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [ent.insert(ent.group(schema, "StarIngress.ecmp_selector", 1, [(1, 1), (1, 1)]))])
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+
+
+def test_spec_member_programming_a_profile_takes_no_more_members_than_its_size(primary, schema):
+    """P4Runtime spec, "Member Programming": beyond the extern's size, RESOURCE_EXHAUSTED."""
+    stub, _ = primary
+    size = schema.action_profile("StarIngress.ecmp_selector").size
+    write(stub, [ent.insert(nhop_member(schema, member_id=i + 1)) for i in range(size)])
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [ent.insert(nhop_member(schema, member_id=size + 1))])
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, info.value.details()
