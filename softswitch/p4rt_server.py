@@ -68,11 +68,14 @@ class _Client:
     outbox: queue.Queue = field(default_factory=lambda: queue.Queue(STREAM_QUEUE_LEN))
     dropped: int = 0
 
-    def send(self, message: p4r.StreamMessageResponse) -> None:
+    def send(self, message: p4r.StreamMessageResponse) -> bool:
+        """Queue a message for the stream; False (and counted) if its queue is full."""
         try:
             self.outbox.put_nowait(message)
         except queue.Full:
             self.dropped += 1
+            return False
+        return True
 
 
 class Device:
@@ -318,21 +321,22 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             return
         self.device.packet_out(port, packet.payload)
 
-    def send_packet_in(self, payload: bytes, ingress_port: int, reason: int) -> None:
-        """Deliver a packet to the primary client as PacketIn (called by the data plane)."""
+    def send_packet_in(self, payload: bytes, ingress_port: int, reason: int) -> bool:
+        """Deliver a packet to the primary client as PacketIn (called by the data plane); False
+        when it could not be (no pipeline, no primary client, its stream queue full)."""
         schema = self.device.schema
         if schema is None:
-            return
+            return False
         primary = self.primary_election_id()
         target = next((c for c in self.clients if c.election_id == primary and primary is not None), None)
         if target is None:
-            return
+            return False
         message = p4r.StreamMessageResponse()
         message.packet.payload = payload
         for f in schema.metadata("packet_in").fields:
             value = {"ingress_port": ingress_port, "reason": reason}.get(f.name, 0)
             message.packet.metadata.add(metadata_id=f.id, value=encode_value(value, f.bitwidth))
-        target.send(message)
+        return target.send(message)
 
 
 def _verify(schema: P4Schema) -> None:

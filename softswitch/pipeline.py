@@ -55,6 +55,7 @@ class DropStats:
     no_route: int = 0
     fault: int = 0
     no_live_member: int = 0
+    no_controller: int = 0  # punted (probe, INT report) with no primary client to take it
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -81,7 +82,7 @@ class Pipeline:
         self.flow_cache: dict[tuple, FlowResult] = {}
         self.counter_sync: list = []
         # Where punted frames go (frame, ingress port, reason): the P4Runtime PacketIn stream.
-        self.packet_in: Callable[[bytes, int, int], None] | None = None
+        self.packet_in: Callable[[bytes, int, int], bool | None] | None = None
         self.ecn_thresholds: dict[int, int] = {}  # egress port → threshold (packets), from port_config
         self.config_generation = 0
         self.int_engine = IntEngine()
@@ -247,10 +248,10 @@ class Pipeline:
             self.malformed_bytes[in_port] += nbytes
 
     def to_cpu(self, frame: bytes, in_port: int, reason: int) -> None:
-        if self.packet_in is None:
-            self.drops.no_route += 1
-        else:
-            self.packet_in(bytes(frame), in_port, reason)
+        """Punt to the controller; a frame no controller takes (none connected, no primary, its
+        stream full) is counted as dropped `no_controller`, never lost from the accounting."""
+        if self.packet_in is None or self.packet_in(bytes(frame), in_port, reason) is False:
+            self.drops.no_controller += 1
 
     # ---- the table walk (cache miss) ---------------------------------------------------------
     def walk_tables(self, in_port: int, proto: int, addrs: bytes, l4_ports: bytes) -> FlowResult:

@@ -147,6 +147,16 @@ def test_probe_frames_are_punted_with_their_ingress_port(fabric):
     probe = bytes(Ether(src="02:53:00:01:00:02", dst="ff:ff:ff:ff:ff:ff", type=0x88B5) / (b"\x00" * 46))
     assert pipeline.ingress(probe, 2) is None
     assert punted == [(2, 2, probe)]
+    assert pipeline.drops.no_controller == 0
+
+
+def test_probes_no_controller_takes_are_counted_not_lost(fabric):
+    pipeline = programmed(fabric, "s1")
+    probe = bytes(Ether(src="02:53:00:01:00:02", dst="ff:ff:ff:ff:ff:ff", type=0x88B5) / (b"\x00" * 46))
+    pipeline.ingress(probe, 2)  # no P4Runtime service attached
+    pipeline.packet_in = lambda frame, port, reason: False  # attached, but no primary client
+    pipeline.ingress(probe, 2)
+    assert pipeline.drops.no_controller == 2
 
 
 def test_malformed_frames_count_in_the_p4_counter(fabric):
