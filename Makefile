@@ -10,7 +10,7 @@ MODE ?= none
 SW ?= s1
 ELECTION ?= 0,1
 
-.PHONY: deps apt venv run test test-unit test-integration test-repeat clean p4 shell bench lint
+.PHONY: deps apt venv run test test-unit test-integration test-repeat fuzz clean p4 shell bench lint
 
 deps: apt venv
 
@@ -46,6 +46,11 @@ test-unit: deps
 
 test-integration: deps
 	$(PY) -m pytest tests/integration tests/dataplane
+
+# Coverage-guided fuzzing (atheris), each target SECONDS long (make test runs them for 60 s).
+SECONDS ?= 600
+fuzz: deps
+	FUZZ_SECONDS=$(SECONDS) $(PY) -m pytest -s tests/fuzz
 
 # The integration tier N times, then a pass count per test (exit 1 unless every test passed N of N).
 N ?= 5
