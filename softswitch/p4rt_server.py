@@ -67,6 +67,12 @@ class _Client:
     election_id: int | None = None
     outbox: queue.Queue = field(default_factory=lambda: queue.Queue(STREAM_QUEUE_LEN))
     dropped: int = 0
+    end_status: tuple[grpc.StatusCode, str] | None = None  # set: the stream ends with this status
+
+    def end(self, code: grpc.StatusCode, message: str) -> None:
+        """Terminate this client's stream with a status (after what is already queued)."""
+        self.end_status = (code, message)
+        self.outbox.put(None)
 
     def send(self, message: p4r.StreamMessageResponse) -> bool:
         """Queue a message for the stream; False (and counted) if its queue is full."""
@@ -233,6 +239,11 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 if message is None:
                     break
                 yield message
+            if client.end_status is not None:
+                with self.lock:
+                    if client in self.clients:
+                        self.clients.remove(client)
+                context.abort(*client.end_status)
         finally:
             with self.lock:
                 was_primary = client.election_id is not None and client.election_id == self.primary_election_id()
@@ -259,15 +270,16 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             client.send(None)  # type: ignore[arg-type]
 
     def _arbitrate(self, client: _Client, update: p4r.MasterArbitrationUpdate, context) -> None:
+        # P4Runtime spec, "Rules for Handling MasterArbitrationUpdate Messages": both errors
+        # terminate the stream with their status.
         if update.device_id != self.device.device_id:
-            self._stream_error(client, grpc.StatusCode.NOT_FOUND, f"unknown device id {update.device_id}")
-            context.cancel()
+            client.end(grpc.StatusCode.NOT_FOUND, f"unknown device id {update.device_id} "
+                                                  f"(this switch is {self.device.device_id})")
             return
         election_id = _election(update.election_id)
         with self.lock:
             if any(c is not client and c.election_id == election_id for c in self.clients):
-                self._stream_error(client, grpc.StatusCode.INVALID_ARGUMENT,
-                                   f"election id {election_id} is used by another client")
+                client.end(grpc.StatusCode.INVALID_ARGUMENT, f"election id {election_id} is used by another client")
                 return
             client.election_id = election_id
         self._announce()

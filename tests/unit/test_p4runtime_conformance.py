@@ -398,3 +398,32 @@ def test_spec_member_programming_a_profile_takes_no_more_members_than_its_size(p
     with pytest.raises(grpc.RpcError) as info:
         write(stub, [ent.insert(nhop_member(schema, member_id=size + 1))])
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, info.value.details()
+
+
+def test_spec_arbitration_rules_unknown_device_and_taken_election_id_end_the_stream(switch):
+    """P4Runtime spec, "Rules for Handling MasterArbitrationUpdate Messages": an unknown device id
+    terminates the stream with NOT_FOUND; an election id another live client holds, INVALID_ARGUMENT."""
+    stub, open_stream, _, _, service = switch
+    stranger = Stream(stub)
+    try:
+        request = p4r.StreamMessageRequest()
+        request.arbitration.device_id = DEVICE_ID + 1
+        request.arbitration.election_id.low = 3
+        stranger.requests.put(request)
+        assert wait_until(lambda: stranger.error is not None, 5.0), "the stream was not ended"
+        assert stranger.error == grpc.StatusCode.NOT_FOUND
+    finally:
+        stranger.close()
+    first, arb = open_stream(4)
+    assert arb.arbitration.status.code == 0
+    second = Stream(stub)
+    try:
+        request = p4r.StreamMessageRequest()
+        request.arbitration.device_id = DEVICE_ID
+        request.arbitration.election_id.low = 4
+        second.requests.put(request)
+        assert wait_until(lambda: second.error is not None, 5.0), "the stream was not ended"
+        assert second.error == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        second.close()
+    assert first.error is None and service.primary_election_id() == 4
