@@ -12,6 +12,10 @@ from pathlib import Path
 import grpc
 from google.protobuf import text_format
 
+from controller.proto import advice_pb2 as pb
+from controller.proto import advice_pb2_grpc as pb_grpc
+from controller.service import channel as controller_channel
+from controller.service import get_state
 from wire.p4info import P4Schema
 from wire.proto import p4r, p4r_grpc
 
@@ -61,10 +65,6 @@ def switch_dump(name: str, address: str, device_id: int, schema: P4Schema) -> li
 
 
 def controller_dump(run_dir: Path) -> list[str]:
-    from controller.proto import advice_pb2 as pb
-    from controller.proto import advice_pb2_grpc as pb_grpc
-    from controller.service import channel as controller_channel
-    from controller.service import get_state
 
     lines = ["== controller"]
     try:

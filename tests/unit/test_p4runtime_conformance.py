@@ -38,11 +38,14 @@ class Stream:
         except grpc.RpcError as exc:
             self.error = exc.code()
 
-    def arbitrate(self, election_low: int) -> p4r.StreamMessageResponse:
+    def request_arbitration(self, election_low: int, device_id: int = DEVICE_ID) -> None:
         request = p4r.StreamMessageRequest()
-        request.arbitration.device_id = DEVICE_ID
+        request.arbitration.device_id = device_id
         request.arbitration.election_id.low = election_low
         self.requests.put(request)
+
+    def arbitrate(self, election_low: int) -> p4r.StreamMessageResponse:
+        self.request_arbitration(election_low)
         return self.next("arbitration")
 
     def next(self, kind: str, timeout: float = 5.0) -> p4r.StreamMessageResponse:
@@ -297,10 +300,7 @@ def test_spec_stream_limit_streams_beyond_it_are_refused_and_unary_calls_never_w
     streams = [Stream(stub) for _ in range(100)]
     try:
         for i, stream in enumerate(streams):
-            request = p4r.StreamMessageRequest()
-            request.arbitration.device_id = DEVICE_ID
-            request.arbitration.election_id.low = i + 1
-            stream.requests.put(request)
+            stream.request_arbitration(i + 1)
         latencies = []
 
         def settled() -> bool:
@@ -406,10 +406,7 @@ def test_spec_arbitration_rules_unknown_device_and_taken_election_id_end_the_str
     stub, open_stream, _, _, service = switch
     stranger = Stream(stub)
     try:
-        request = p4r.StreamMessageRequest()
-        request.arbitration.device_id = DEVICE_ID + 1
-        request.arbitration.election_id.low = 3
-        stranger.requests.put(request)
+        stranger.request_arbitration(3, device_id=DEVICE_ID + 1)
         assert wait_until(lambda: stranger.error is not None, 5.0), "the stream was not ended"
         assert stranger.error == grpc.StatusCode.NOT_FOUND
     finally:
@@ -418,10 +415,7 @@ def test_spec_arbitration_rules_unknown_device_and_taken_election_id_end_the_str
     assert arb.arbitration.status.code == 0
     second = Stream(stub)
     try:
-        request = p4r.StreamMessageRequest()
-        request.arbitration.device_id = DEVICE_ID
-        request.arbitration.election_id.low = 4
-        second.requests.put(request)
+        second.request_arbitration(4)
         assert wait_until(lambda: second.error is not None, 5.0), "the stream was not ended"
         assert second.error == grpc.StatusCode.INVALID_ARGUMENT
     finally:
