@@ -22,6 +22,7 @@ from pathlib import Path
 
 from softswitch.egress import MAX_FRAME, EgressQueue
 from softswitch.pipeline import Pipeline
+from wire.drops import DROP_INDEX
 from wire.fidelity import WINDOW_S, FidelityWindows, wall_offset
 
 log = logging.getLogger("softswitch.dataplane")
@@ -48,6 +49,10 @@ class PortSpec:
     iface: str
     rate_mbps: float = 0.0
     depth_pkts: int = 64
+
+
+QUEUE_FULL = DROP_INDEX["queue_full"]
+SEND_ERROR = DROP_INDEX["send_error"]
 
 
 def open_port_socket(iface: str, timestamps: bool = True) -> socket.socket:
@@ -253,7 +258,7 @@ class DataPlane:
         if out_port == self.cpu_port:
             self.pipeline.to_cpu(frame, in_port, 0)
         else:
-            self.pipeline.drops.no_route += 1
+            self.pipeline.count_drop("no_route", in_port, len(frame))
 
     def _poll_links(self) -> None:
         for port, spec in self.specs.items():
@@ -274,10 +279,22 @@ class DataPlane:
                     ("txp", queue.tx_pkts, pipeline.tx_packets),
                     ("txb", queue.tx_bytes, pipeline.tx_bytes),
                 ):
-                    last = self._synced.get((key, port), 0)
-                    if value != last and port < len(target):
-                        target[port] += value - last
-                    self._synced[(key, port)] = value
+                    self._fold(key, port, value, target, port)
+                # The queues' drops go into the P4 counter drop_reason like the pipeline's.
+                for key, value, target, index in (
+                    ("qdp", queue.drops, pipeline.reason_packets, QUEUE_FULL),
+                    ("qdb", queue.drop_bytes, pipeline.reason_bytes, QUEUE_FULL),
+                    ("sep", queue.send_errors, pipeline.reason_packets, SEND_ERROR),
+                    ("seb", queue.send_error_bytes, pipeline.reason_bytes, SEND_ERROR),
+                ):
+                    self._fold(key, port, value, target, index)
+
+    def _fold(self, key: str, port: int, value: int, target: list[int], index: int) -> None:
+        """Add what `value` (a running total for `port`) grew by since the last fold to target[index]."""
+        last = self._synced.get((key, port), 0)
+        if value != last and index < len(target):
+            target[index] += value - last
+        self._synced[(key, port)] = value
 
     # ---- visibility --------------------------------------------------------------------------
     def stats(self) -> dict:

@@ -22,7 +22,8 @@ BACKLOG_CATCHUP_S = 0.010
 class EgressQueue:
     __slots__ = (
         "port", "send", "rate_Bps", "burst", "catchup", "tokens", "last", "depth_pkts", "queue",
-        "drops", "max_qdepth", "tx_pkts", "tx_bytes", "send_errors", "ecn_threshold", "ce_marked",
+        "drops", "drop_bytes", "max_qdepth", "tx_pkts", "tx_bytes", "send_errors", "send_error_bytes",
+        "ecn_threshold", "ce_marked",
         "int_egress", "due",
     )
 
@@ -34,10 +35,12 @@ class EgressQueue:
         self.depth_pkts = depth_pkts
         self.queue: deque[bytes | bytearray] = deque()
         self.drops = 0
+        self.drop_bytes = 0
         self.max_qdepth = 0
         self.tx_pkts = 0
         self.tx_bytes = 0
         self.send_errors = 0
+        self.send_error_bytes = 0
         self.ecn_threshold = 0  # packets; 0 = no marking (port_config sets it)
         self.ce_marked = 0
         # Writes this switch's INT hop (or strips INT at a sink) as a frame leaves: pipeline.int_engine.
@@ -71,6 +74,7 @@ class EgressQueue:
         if depth:
             if depth >= self.depth_pkts:
                 self.drops += 1
+                self.drop_bytes += len(frame)
                 return -1
             if frame.__class__ is IntPending:
                 frame.qdepth = depth  # type: ignore[union-attr]
@@ -116,6 +120,7 @@ class EgressQueue:
         except OSError:
             # The link went away (veth deleted) or similar: the frame is lost, as on a wire.
             self.send_errors += 1
+            self.send_error_bytes += len(frame)
             return True
         self.tx_pkts += 1
         self.tx_bytes += len(frame)

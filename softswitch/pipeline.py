@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from softswitch.inband import REPORT_SESSION, IntEngine, IntPending, flow_slot, insert_source_header
 from softswitch.runtime_state import ActionCall, RuntimeState
+from wire.drops import DROP_COUNTER, DROP_INDEX
 from wire.intmd import DSCP_INT, IntFormatError, int_length, l4_header_length
 
 IPV4_LPM = "StarIngress.ipv4_lpm"
@@ -49,6 +50,7 @@ def mac_bytes(value: int) -> bytes:
 
 @dataclass
 class DropStats:
+    """Drops the pipeline counted, by reason (queue_full and send_error are the egress queues')."""
     malformed: int = 0
     non_ipv4: int = 0
     ttl_expired: int = 0
@@ -120,6 +122,8 @@ class Pipeline:
         self.fault_drops, self.fault_drop_bytes = fault_drops.packets, fault_drops.bytes
         malformed = state.counter_by_name(MALFORMED)
         self.malformed, self.malformed_bytes = malformed.packets, malformed.bytes
+        by_reason = state.counter_by_name(DROP_COUNTER)
+        self.reason_packets, self.reason_bytes = by_reason.packets, by_reason.bytes
         self.int_source = state.table_by_name(INT_SOURCE)
         self.int_sink = state.table_by_name(INT_SINK)
         port_configs = {values[0]: entry.action.args for values, entry in self.port_config.exact_index.items()
@@ -161,16 +165,17 @@ class Pipeline:
             if len(self.flow_cache) >= FLOW_CACHE_MAX:
                 self.flow_cache = {}
             result = self.flow_cache[key] = self.walk_tables(in_port, key[1], key[2][:8], key[2][8:])
-        port, macs, drop_prob, sample_log2, sink = result
-        if port == DROPPED:
-            self.count_drop(macs, in_port, len(frame))  # type: ignore[arg-type]
+        # In starnet.p4's order: TTL, then fault_inject, then ipv4_lpm.
+        ttl = frame[22]
+        if ttl <= 1:
+            self.count_drop("ttl_expired", in_port, len(frame))
             return None
+        port, macs, drop_prob, sample_log2, sink = result
         if drop_prob and self.rng.random() < drop_prob:
             self.count_drop("fault", in_port, len(frame))
             return None
-        ttl = frame[22]
-        if ttl <= 1:
-            self.drops.ttl_expired += 1
+        if port == DROPPED:
+            self.count_drop(macs, in_port, len(frame))  # type: ignore[arg-type]
             return None
         out = bytearray(frame)
         out[0:12] = macs  # type: ignore[assignment]
@@ -225,7 +230,7 @@ class Pipeline:
             self.to_cpu(frame, in_port, REASON_PROBE)
             return None
         if frame[12] != 0x08 or frame[13] != 0x00:
-            self.drops.non_ipv4 += 1
+            self.count_drop("non_ipv4", in_port, n)
             return None
         vihl = frame[14] if n > 14 else 0
         ihl = (vihl & 0x0F) * 4
@@ -239,7 +244,12 @@ class Pipeline:
         return in_port, proto, frame[26:34]
 
     def count_drop(self, reason: str, in_port: int, nbytes: int) -> None:
+        """Count a dropped frame: its reason (DropStats and the P4 counter drop_reason) and, for
+        fault and malformed, the per-port counter of that name."""
         setattr(self.drops, reason, getattr(self.drops, reason) + 1)
+        index = DROP_INDEX[reason]
+        self.reason_packets[index] += 1
+        self.reason_bytes[index] += nbytes
         if reason == "fault" and in_port < len(self.fault_drops):
             self.fault_drops[in_port] += 1
             self.fault_drop_bytes[in_port] += nbytes
@@ -251,7 +261,7 @@ class Pipeline:
         """Punt to the controller; a frame no controller takes (none connected, no primary, its
         stream full) is counted as dropped `no_controller`, never lost from the accounting."""
         if self.packet_in is None or self.packet_in(bytes(frame), in_port, reason) is False:
-            self.drops.no_controller += 1
+            self.count_drop("no_controller", in_port, len(frame))
 
     # ---- the table walk (cache miss) ---------------------------------------------------------
     def walk_tables(self, in_port: int, proto: int, addrs: bytes, l4_ports: bytes) -> FlowResult:
@@ -272,9 +282,9 @@ class Pipeline:
         else:
             action = self._select(entry.member_id, entry.group_id, (src, dst, proto, sport, dport))
             if action is None:
-                return DROPPED, "no_live_member", 0.0, -1, False
+                return DROPPED, "no_live_member", drop_prob, -1, False
         if not action.name.endswith(".set_nhop"):
-            return DROPPED, "no_route", 0.0, -1, False
+            return DROPPED, "no_route", drop_prob, -1, False
         port, smac, dmac = action.args
         sample_log2 = -1
         if proto in (6, 17):

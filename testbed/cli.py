@@ -8,7 +8,9 @@ from mininet.cli import CLI
 
 from testbed.fidelity import read_records, recent
 from testbed.net import Testbed
+from testbed.p4read import drop_reasons
 from testbed.traffic import iperf3_tcp
+from wire.p4info import P4Schema
 
 FIDELITY_SECONDS = 10.0
 
@@ -152,18 +154,27 @@ class StarNetCLI(CLI):
             self.stdout.write(f"{name:6} device {sw.device_id:<3} {sw.kind:5} {sw.grpc_address:22} {state}\n")
 
     def do_queues(self, line: str) -> None:
-        """queues [switch]: per-port egress queue depth, maximum, drops and tx of the soft switches."""
+        """queues [switch]: drops by reason (the P4 counter drop_reason, read over P4Runtime) and, on
+        soft switches, per-port egress queue depth, maximum, tail drops and tx."""
         names = line.split() or list(self.tb.switches)
+        schema = P4Schema.load()
         for name in names:
-            if name not in self.tb.switches:
+            sw = self.tb.switches.get(name)
+            if sw is None:
                 self.stdout.write(f"unknown switch {name!r}\n")
                 continue
             try:
+                reasons = drop_reasons(sw.grpc_address, sw.device_id, schema)
+            except grpc.RpcError as exc:
+                self.stdout.write(f"{name}: drop_reason read failed: {exc.code().name} {exc.details()}\n")
+            else:
+                dropped = [f"{reason} {pkts}" for reason, (pkts, _) in reasons.items() if pkts]
+                total = sum(pkts for pkts, _ in reasons.values())
+                self.stdout.write(f"{name}: dropped {total} ({', '.join(dropped) or 'nothing'})\n")
+            try:
                 stats = self.tb.switch_stats(name)
             except (OSError, ValueError):
-                self.stdout.write(f"{name}: no stats (only the soft data plane writes them)\n")
-                continue
-            self.stdout.write(f"{name}: drops {stats['drops']}\n")
+                continue  # BMv2: queue depths are not in its stats (only the soft data plane writes them)
             for port, p in sorted(stats["ports"].items(), key=lambda kv: int(kv[0])):
                 self.stdout.write(
                     f"  port {port:>3} {p['iface']:10} q {p['qdepth_pkts']:>3}/{p['depth_pkts']:<3} "

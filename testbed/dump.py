@@ -16,19 +16,15 @@ from controller.proto import advice_pb2 as pb
 from controller.proto import advice_pb2_grpc as pb_grpc
 from controller.service import channel as controller_channel
 from controller.service import get_state
+from testbed import p4read
 from wire.p4info import P4Schema
-from wire.proto import p4r, p4r_grpc
+from wire.proto import p4r
 
 READ_TIMEOUT_S = 3.0
 
 
 def _line(message) -> str:
     return text_format.MessageToString(message, as_one_line=True)
-
-
-def _read(stub, device_id: int, entity: p4r.Entity) -> list[p4r.Entity]:
-    request = p4r.ReadRequest(device_id=device_id, entities=[entity])
-    return [e for response in stub.Read(request, timeout=READ_TIMEOUT_S) for e in response.entities]
 
 
 def switch_dump(name: str, address: str, device_id: int, schema: P4Schema) -> list[str]:
@@ -40,27 +36,25 @@ def switch_dump(name: str, address: str, device_id: int, schema: P4Schema) -> li
                ("clone sessions", p4r.Entity(packet_replication_engine_entry=p4r.PacketReplicationEngineEntry(
                    clone_session_entry=p4r.CloneSessionEntry()))),
                ("counter cells (non-zero ones listed)", p4r.Entity(counter_entry=p4r.CounterEntry()))]
-    with grpc.insecure_channel(address) as ch:
-        stub = p4r_grpc.P4RuntimeStub(ch)
-        for title, query in queries:
-            try:
-                entities = _read(stub, device_id, query)
-            except grpc.RpcError as exc:
-                lines.append(f"-- {title}: read failed: {exc.code().name} {exc.details()}")
-                continue
-            lines.append(f"-- {title}: {len(entities)}")
-            for e in entities:
-                if e.HasField("table_entry"):
-                    table = schema.tables.get(e.table_entry.table_id)
-                    lines.append(f"{table.name if table else e.table_entry.table_id}: {_line(e.table_entry)}")
-                elif e.HasField("counter_entry"):
-                    c = e.counter_entry
-                    if c.data.packet_count or c.data.byte_count:
-                        counter = schema.counters.get(c.counter_id)
-                        lines.append(f"{counter.name if counter else c.counter_id}[{c.index.index}]: "
-                                     f"{c.data.packet_count} pkts {c.data.byte_count} bytes")
-                else:
-                    lines.append(_line(e))
+    for title, query in queries:
+        try:
+            entities = p4read.read(address, device_id, query)
+        except grpc.RpcError as exc:
+            lines.append(f"-- {title}: read failed: {exc.code().name} {exc.details()}")
+            continue
+        lines.append(f"-- {title}: {len(entities)}")
+        for e in entities:
+            if e.HasField("table_entry"):
+                table = schema.tables.get(e.table_entry.table_id)
+                lines.append(f"{table.name if table else e.table_entry.table_id}: {_line(e.table_entry)}")
+            elif e.HasField("counter_entry"):
+                c = e.counter_entry
+                if c.data.packet_count or c.data.byte_count:
+                    counter = schema.counters.get(c.counter_id)
+                    lines.append(f"{counter.name if counter else c.counter_id}[{c.index.index}]: "
+                                 f"{c.data.packet_count} pkts {c.data.byte_count} bytes")
+            else:
+                lines.append(_line(e))
     return lines
 
 

@@ -3,6 +3,7 @@
 #define STARNET_HEADERS_P4
 
 const bit<9>  CPU_PORT = 255;             // BMv2 --cpu-port; the soft switch uses the same number
+const bit<9>  DROP_PORT = 511;            // egress_spec after v1model mark_to_drop() (simple_switch)
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_PROBE = 0x88B5;   // IEEE local experimental: controller link probes
 const bit<8>  PROTO_TCP = 6;
@@ -32,6 +33,21 @@ const bit<16> INT_DS_INSTRUCTIONS = 0xC000;  // DS bit 0: egress tx bytes, bit 1
 const bit<16> INT_DS_FLAG_CONGESTED = 0x8000;  // DSFlags bit 0: some hop saw queue >= threshold
 const bit<16> INT_FIXED_BYTES = 16;       // shim + MD header
 const bit<16> INT_HOP_BYTES = 32;
+
+// Drop reasons: the index into StarIngress.drop_reason (softswitch/pipeline.py DROP_REASONS, same
+// order). The program counts the first five itself; the rest happen outside the P4 pipeline — in
+// the traffic manager (queue full), on the wire (send error) or in the packet-in path (no client
+// takes a punted frame) — and the soft switch adds them to the same counter; BMv2 leaves them 0.
+const bit<32> DROP_MALFORMED = 0;         // parser_error != NoError (also bad INT headers)
+const bit<32> DROP_NON_IPV4 = 1;
+const bit<32> DROP_TTL_EXPIRED = 2;
+const bit<32> DROP_NO_ROUTE = 3;          // ipv4_lpm miss or its drop action
+const bit<32> DROP_FAULT = 4;             // fault_inject
+const bit<32> DROP_NO_LIVE_MEMBER = 5;    // an ECMP group whose watch ports are all down
+const bit<32> DROP_NO_CONTROLLER = 6;     // punted (probe, INT report) with no primary client
+const bit<32> DROP_QUEUE_FULL = 7;        // egress queue tail drop
+const bit<32> DROP_SEND_ERROR = 8;        // the port's link went away under the frame
+const bit<32> DROP_REASONS = 9;
 
 const bit<32> REPORT_SESSION = 500;       // clone session to the CPU port, set by the controller
 const bit<48> REPORT_INTERVAL_US = 10000; // at most one routine report per flow slot per 10 ms

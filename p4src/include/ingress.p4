@@ -8,6 +8,8 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
     counter(512, CounterType.packets_and_bytes) port_rx;
     counter(512, CounterType.packets_and_bytes) fault_drops;
     counter(512, CounterType.packets_and_bytes) malformed;
+    // Every frame the switch drops, by reason (headers.p4 DROP_*): rx = tx + punted + these.
+    counter(DROP_REASONS, CounterType.packets_and_bytes) drop_reason;
     // Last routine INT report per flow slot (µs, switch clock).
     register<bit<48>>(REPORT_FLOW_SLOTS) report_last_us;
 
@@ -135,6 +137,7 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
         meta.orig_ingress_port = (bit<16>)standard_metadata.ingress_port;
         if (standard_metadata.parser_error != error.NoError) {
             malformed.count((bit<32>)standard_metadata.ingress_port);
+            drop_reason.count(DROP_MALFORMED);
             drop();
             exit;
         }
@@ -150,10 +153,12 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
             exit;
         }
         if (!hdr.ipv4.isValid()) {
+            drop_reason.count(DROP_NON_IPV4);
             drop();
             exit;
         }
         if (hdr.ipv4.ttl <= 1) {
+            drop_reason.count(DROP_TTL_EXPIRED);
             drop();
             exit;
         }
@@ -163,11 +168,17 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
             random(draw, 16w0, 16w0xFFFF);
             if (meta.fault == FAULT_DROP || draw < meta.fault_prob_u16) {
                 fault_drops.count((bit<32>)standard_metadata.ingress_port);
+                drop_reason.count(DROP_FAULT);
                 drop();
                 exit;
             }
         }
         ipv4_lpm.apply();
+        if (standard_metadata.egress_spec == DROP_PORT) {
+            // mark_to_drop() by the table's default or an entry's drop action.
+            drop_reason.count(DROP_NO_ROUTE);
+            exit;
+        }
         if (meta.port_role == ROLE_HOST && !hdr.int_shim.isValid()
                 && (hdr.tcp.isValid() || hdr.udp.isValid())) {
             int_source.apply();

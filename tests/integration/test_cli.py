@@ -34,6 +34,7 @@ def test_cli_pingall_and_queues_through_a_tty():
         assert child.match.group(1) == "0"
         child.expect_exact("mininet> ")
         child.sendline("queues s3")
+        child.expect(r"s3: dropped \d+ \(")  # from the P4 counter drop_reason, over P4Runtime
         child.expect(r"port +5 s3-eth5")
         child.expect_exact("mininet> ")
         child.sendline("iperf h1 h5 3")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from wire.drops import DROP_REASONS
 from wire.p4info import DEFAULT_P4INFO, P4Schema, load_p4info
 from wire.p4source import compare, parse_program
 
@@ -28,6 +29,17 @@ def test_program_declares_the_designed_pipeline(program):
     assert [k for k in lpm.keys if k[1] == "selector"] == [
         ("hdr.ipv4.src_addr", "selector"), ("hdr.ipv4.protocol", "selector"),
         ("meta.l4_src_port", "selector"), ("meta.l4_dst_port", "selector")]
+
+
+def test_drop_reasons_are_the_programs_counter_indexes(program):
+    """softswitch DROP_REASONS and starnet.p4's DROP_* constants: same names, same indexes, and the
+    counter drop_reason has one cell per reason."""
+    declared = {name[len("DROP_"):].lower(): value for name, value in program.constants.items()
+                if name.startswith("DROP_") and name not in ("DROP_PORT", "DROP_REASONS")}
+    assert declared == {reason: index for index, reason in enumerate(DROP_REASONS)}
+    assert program.constants["DROP_REASONS"] == len(DROP_REASONS)
+    size = [c.size for c in load_p4info().counters if c.preamble.name == "StarIngress.drop_reason"]
+    assert size == [len(DROP_REASONS)]
 
 
 def test_committed_p4info_matches_the_program(program):

@@ -13,6 +13,7 @@ from softswitch.pipeline import Pipeline, mark_ce
 from softswitch.runtime_state import RuntimeState
 from topologies import leafspine
 from topologies.addressing import AddressPlan
+from wire.drops import DROP_INDEX
 from wire.p4info import P4Schema
 
 
@@ -81,12 +82,17 @@ def test_dead_uplink_is_skipped_by_the_selector(fabric):
     (bytes(Ether(type=0x0800)) + b"\x65" + b"\x00" * 30, "malformed"),            # version 6 in IPv4 type
     (udp("10.0.3.1", "192.168.1.1", 1), "no_route"),
     (udp("10.0.3.1", "10.0.3.2", 1, ttl=1), "ttl_expired"),
+    (udp("10.0.3.1", "192.168.1.1", 1, ttl=1), "ttl_expired"),  # starnet.p4 checks TTL before ipv4_lpm
 ])
 def test_bad_frames_are_counted_and_dropped(fabric, frame, reason):
     pipeline = programmed(fabric, "s3")
     assert pipeline.ingress(frame, 1) is None
     assert pipeline.drops.as_dict()[reason] == 1
     assert sum(pipeline.drops.as_dict().values()) == 1
+    # The same count in the P4 counter drop_reason, at the reason's index, with the frame's bytes.
+    index = DROP_INDEX[reason]
+    assert (pipeline.reason_packets[index], pipeline.reason_bytes[index]) == (1, len(frame))
+    assert sum(pipeline.reason_packets) == 1
 
 
 def test_icmp_without_l4_ports_is_forwarded(fabric):
@@ -157,6 +163,7 @@ def test_probes_no_controller_takes_are_counted_not_lost(fabric):
     pipeline.packet_in = lambda frame, port, reason: False  # attached, but no primary client
     pipeline.ingress(probe, 2)
     assert pipeline.drops.no_controller == 2
+    assert pipeline.reason_packets[DROP_INDEX["no_controller"]] == 2
 
 
 def test_malformed_frames_count_in_the_p4_counter(fabric):
