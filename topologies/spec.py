@@ -15,6 +15,7 @@ Port numbers are assigned per node in link order (1, 2, ...) unless a link gives
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,8 @@ CPU_PORT = 255
 SWITCH_ROLES = ("spine", "leaf", "core", "agg", "edge", "switch")
 DEFAULT_CAPACITY_MBPS = 20.0
 DEFAULT_QUEUE_PKTS = 64
+MAX_CAPACITY_MBPS = 100_000.0  # 100 Gbit/s: far past what an emulated link carries
+MAX_QUEUE_PKTS = (1 << 19) - 1  # v1model's enq_qdepth and starnet.p4's ECN threshold are 19 bits
 
 
 class TopologyError(ValueError):
@@ -125,19 +128,36 @@ class Topology:
 def load_topology(path: Path | str) -> Topology:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+    except UnicodeDecodeError as exc:
+        raise TopologyError(f"{path}: not UTF-8 text: {exc}") from None
+    return parse_topology(text, source=str(path))
+
+
+def parse_topology(text: str, source: str = "topology") -> Topology:
+    """A topology from YAML text; TopologyError (naming the field) for anything invalid."""
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise TopologyError(f"{path}: not valid YAML: {exc}") from None
-    return topology_from_dict(data, source=str(path))
+        raise TopologyError(f"{source}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise TopologyError(f"{source}: not valid YAML: nested too deeply") from None
+    except Exception as exc:  # noqa: BLE001 - PyYAML's constructors: `!!float x` ValueError, `!!timestamp x` AttributeError
+        raise TopologyError(f"{source}: not valid YAML: {type(exc).__name__}: {exc}") from None
+    return topology_from_dict(data, source=source)
 
 
-def _number(value: Any, where: str, *, integer: bool, minimum: float) -> float:
+def _number(value: Any, where: str, *, integer: bool, minimum: float, maximum: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TopologyError(f"{where}: expected a number, got {value!r}")
+    if not math.isfinite(value):
+        raise TopologyError(f"{where}: expected a finite number, got {value!r}")
     if integer and not float(value).is_integer():
         raise TopologyError(f"{where}: expected an integer, got {value!r}")
     if value < minimum:
         raise TopologyError(f"{where}: must be >= {minimum}, got {value!r}")
+    if value > maximum:
+        raise TopologyError(f"{where}: must be <= {maximum}, got {value!r}")
     return int(value) if integer else float(value)
 
 
@@ -173,10 +193,11 @@ def topology_from_dict(data: Any, source: str = "topology") -> Topology:
     defaults = _mapping(data.get("defaults", {}) or {}, "defaults", {"capacity_mbps", "queue_pkts"})
     default_capacity = _number(
         defaults.get("capacity_mbps", DEFAULT_CAPACITY_MBPS), "defaults.capacity_mbps",
-        integer=False, minimum=0.001,
+        integer=False, minimum=0.001, maximum=MAX_CAPACITY_MBPS,
     )
     default_queue = _number(
-        defaults.get("queue_pkts", DEFAULT_QUEUE_PKTS), "defaults.queue_pkts", integer=True, minimum=1
+        defaults.get("queue_pkts", DEFAULT_QUEUE_PKTS), "defaults.queue_pkts", integer=True, minimum=1,
+        maximum=MAX_QUEUE_PKTS,
     )
 
     seen: dict[str, str] = {}
@@ -216,7 +237,7 @@ def topology_from_dict(data: Any, source: str = "topology") -> Topology:
         ends = []
         for end in ("a", "b"):
             node = raw.get(end)
-            if node not in seen:
+            if not isinstance(node, str) or node not in seen:
                 raise TopologyError(f"{where}.{end}: unknown node {node!r}")
             ends.append(node)
         a, b = ends
@@ -232,7 +253,7 @@ def topology_from_dict(data: Any, source: str = "topology") -> Topology:
         for end, node in (("a", a), ("b", b)):
             key = f"{end}_port"
             if key in raw:
-                port = _number(raw[key], f"{where}.{key}", integer=True, minimum=1)
+                port = _number(raw[key], f"{where}.{key}", integer=True, minimum=1, maximum=MAX_PORT)
             else:
                 port = next_port.get(node, 0) + 1
             if port > MAX_PORT:
@@ -243,9 +264,11 @@ def topology_from_dict(data: Any, source: str = "topology") -> Topology:
             next_port[node] = max(next_port.get(node, 0), port)
             ports.append(port)
         capacity = _number(
-            raw.get("capacity_mbps", default_capacity), f"{where}.capacity_mbps", integer=False, minimum=0.001
+            raw.get("capacity_mbps", default_capacity), f"{where}.capacity_mbps", integer=False, minimum=0.001,
+            maximum=MAX_CAPACITY_MBPS,
         )
-        queue = _number(raw.get("queue_pkts", default_queue), f"{where}.queue_pkts", integer=True, minimum=1)
+        queue = _number(raw.get("queue_pkts", default_queue), f"{where}.queue_pkts", integer=True, minimum=1,
+                        maximum=MAX_QUEUE_PKTS)
         links.append(Link(a, b, ports[0], ports[1], capacity, queue))
 
     topo = Topology(

@@ -15,7 +15,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-TARGETS = {"pipeline": HERE / "fuzz_pipeline.py"}
+TARGETS = {"pipeline": HERE / "fuzz_pipeline.py", "topology": HERE / "fuzz_topology.py"}
 SECONDS = int(os.environ.get("FUZZ_SECONDS", "60"))
 
 
@@ -25,9 +25,11 @@ def test_fuzz_target_runs_without_a_crash(name):
     work = ROOT / "runs" / f"fuzz-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     corpus = work / "corpus"
     shutil.copytree(HERE / "corpus" / name, corpus)
+    dictionary = HERE / f"{name}.dict"
+    options = [f"-dict={dictionary}"] if dictionary.exists() else []
     result = subprocess.run(
         [sys.executable, str(TARGETS[name]), f"-max_total_time={SECONDS}", "-print_final_stats=1",
-         f"-artifact_prefix={work}/", str(corpus)],
+         f"-artifact_prefix={work}/", *options, str(corpus)],
         cwd=ROOT, capture_output=True, text=True, timeout=SECONDS + 120)
     log = "\n".join(line for line in (result.stdout + result.stderr).splitlines()
                     if not line.startswith("INFO: Instrumenting"))

@@ -6,7 +6,7 @@ import pytest
 
 from topologies import TopologyError, dumbbell, fattree, leafspine, topology_by_name
 from topologies.addressing import AddressPlan
-from topologies.spec import topology_from_dict
+from topologies.spec import load_topology, parse_topology, topology_from_dict
 
 
 def test_default_leafspine_shape():
@@ -40,6 +40,13 @@ def test_unknown_node_names_the_field():
         (("links", 1, "queue_pkts"), 2.5, r"links\[1\]\.queue_pkts: expected an integer"),
         (("switches", 0, "role"), "router", r"switches\[0\]\.role: unknown role"),
         (("hosts", 0, "name"), "H 1", r"hosts\[0\]\.name: invalid name"),
+        # Found by tests/fuzz/fuzz_topology.py: each used to pass the loader and fail later.
+        (("links", 4, "capacity_mbps"), float("inf"), r"links\[4\]\.capacity_mbps: expected a finite number"),
+        (("links", 4, "capacity_mbps"), float("nan"), r"links\[4\]\.capacity_mbps: expected a finite number"),
+        (("links", 0, "capacity_mbps"), 1e12, r"links\[0\]\.capacity_mbps: must be <= "),
+        (("links", 0, "queue_pkts"), 10**11, r"links\[0\]\.queue_pkts: must be <= 524287"),
+        (("links", 0, "b"), {}, r"links\[0\]\.b: unknown node \{\}"),
+        (("links", 0, "a_port"), 300, r"links\[0\]\.a_port: must be <= 254"),
     ],
 )
 def test_bad_fields_are_named(path, value, message):
@@ -92,3 +99,21 @@ def test_shipped_example_topology_loads():
     assert (len(topo.switches), len(topo.hosts), len(topo.links)) == (4, 4, 8)
     fast = [link for link in topo.links if {link.a, link.b} == {"s3", "s1"}][0]
     assert fast.capacity_mbps == 40 and fast.queue_pkts == 64
+
+
+# Inputs tests/fuzz/fuzz_topology.py found that made PyYAML raise something other than YAMLError.
+@pytest.mark.parametrize("text", [
+    "switches:\n  - {name: s3,!!float eaf}\n",           # ValueError from the float constructor
+    "links:\n  - {!!timestamp a: h1, b: s1}\n",         # AttributeError from the timestamp constructor
+    "switches: " + "[" * 5000 + "]" * 5000 + "\n",       # RecursionError in the composer
+])
+def test_text_pyyaml_fails_on_is_a_topology_error(text):
+    with pytest.raises(TopologyError, match=r"^fuzz\.yaml: not valid YAML"):
+        parse_topology(text, "fuzz.yaml")
+
+
+def test_non_utf8_file_is_a_topology_error(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(TopologyError, match="not UTF-8"):
+        load_topology(path)
