@@ -27,6 +27,7 @@ log = logging.getLogger("softswitch.p4runtime")
 
 API_VERSION = "1.4.0"
 STREAM_QUEUE_LEN = 4096
+READ_CHUNK = 1000  # entities per ReadResponse: big reads stay far below gRPC's 4 MB message limit
 
 
 class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):
@@ -64,7 +65,8 @@ def _election(value: p4r.Uint128) -> int:
 
 @dataclass(eq=False)
 class _Client:
-    election_id: int | None = None
+    arbitrated: bool = False  # sent a MasterArbitrationUpdate that was accepted
+    election_id: int | None = None  # None: unset, lower than any (never primary)
     outbox: queue.Queue = field(default_factory=lambda: queue.Queue(STREAM_QUEUE_LEN))
     dropped: int = 0
     end_status: tuple[grpc.StatusCode, str] | None = None  # set: the stream ends with this status
@@ -97,6 +99,16 @@ class Device:
         self.schema: P4Schema | None = None
         self.state: RuntimeState | None = None
         self.config = p4r.ForwardingPipelineConfig()
+        # VERIFY_AND_SAVE's config, not yet committed: Read and Write use it, the data plane does not.
+        self.saved: tuple[P4Schema, RuntimeState, p4r.ForwardingPipelineConfig] | None = None
+
+    def commit(self, schema: P4Schema, state: RuntimeState, config: p4r.ForwardingPipelineConfig) -> None:
+        """Realize a config: the data plane runs `state` from now on."""
+        self.on_pipeline(schema, state)
+        self.schema, self.state, self.saved = schema, state, None
+        self.config = p4r.ForwardingPipelineConfig()
+        self.config.CopyFrom(config)
+        log.info("pipeline set: %d tables, %d actions", len(schema.tables), len(schema.actions))
 
 
 DEFAULT_MAX_STREAMS = 16  # open StreamChannels; more are refused with RESOURCE_EXHAUSTED
@@ -112,6 +124,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         self.device = device
         self.lock = threading.Lock()
         self.clients: list[_Client] = []
+        self.primary: _Client | None = None
+        self.election_past: int | None = None  # highest election id ever seen (spec: election_id_past)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _check_device(self, device_id: int, context: grpc.ServicerContext) -> None:
@@ -120,16 +134,21 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                           f"(this switch is {self.device.device_id})")
 
     def primary_election_id(self) -> int | None:
-        ids = [c.election_id for c in self.clients if c.election_id is not None]
-        return max(ids) if ids else None
+        primary = self.primary
+        return None if primary is None else primary.election_id
 
-    def _check_primary(self, election: p4r.Uint128, context: grpc.ServicerContext) -> None:
+    def _check_primary(self, request, context: grpc.ServicerContext) -> None:
         primary = self.primary_election_id()
-        if primary is None or _election(election) != primary:
+        if not request.HasField("election_id"):
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, "no election id: only the primary may do this")
+        if primary is None or _election(request.election_id) != primary:
             context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                          f"election id {_election(election)} is not the primary's ({primary})")
+                          f"election id {_election(request.election_id)} is not the primary's ({primary})")
 
     def _state(self, context: grpc.ServicerContext) -> RuntimeState:
+        """The state Read and Write work on: a saved config's, else the running one's."""
+        if self.device.saved is not None:
+            return self.device.saved[1]
         if self.device.state is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no forwarding pipeline config set")
         return self.device.state  # type: ignore[return-value]
@@ -139,30 +158,52 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         return p4r.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
 
     def SetForwardingPipelineConfig(self, request, context):
+        """P4Runtime spec, "SetForwardingPipelineConfig RPC": VERIFY checks; VERIFY_AND_SAVE keeps
+        the config for Read/Write while the data plane goes on with the old one, until COMMIT
+        realizes it with what was written since; VERIFY_AND_COMMIT realizes it with a cleared
+        state; RECONCILE_AND_COMMIT keeps the forwarding state, which this switch can do only
+        when the P4Info is the running one (starnet.p4 is its only program)."""
         self._check_device(request.device_id, context)
-        self._check_primary(request.election_id, context)
+        self._check_primary(request, context)
+        actions = p4r.SetForwardingPipelineConfigRequest
         action = request.action
-        if action == p4r.SetForwardingPipelineConfigRequest.UNSPECIFIED:
+        if action == actions.UNSPECIFIED:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "action is UNSPECIFIED")
-        if action == p4r.SetForwardingPipelineConfigRequest.COMMIT:
-            if self.device.state is None:
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "COMMIT without a saved config")
+        if action == actions.COMMIT:
+            if request.HasField("config"):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "COMMIT takes no config (it commits the saved one)")
+            if self.device.saved is None:
+                context.abort(grpc.StatusCode.NOT_FOUND, "COMMIT without a saved config (VERIFY_AND_SAVE first)")
+            self.device.commit(*self.device.saved)  # type: ignore[misc]
             return p4r.SetForwardingPipelineConfigResponse()
+        if not request.HasField("config") or not request.config.HasField("p4info"):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"{actions.Action.Name(action)} needs a config with a P4Info")
         try:
             schema = P4Schema.from_message(request.config.p4info)
-            state = RuntimeState(schema)
-            if action == p4r.SetForwardingPipelineConfigRequest.VERIFY:
-                _verify(schema)
-            else:
-                self.device.on_pipeline(schema, state)
-        except KeyError as exc:
+            _verify(schema)
+        except (KeyError, ValueError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"the soft switch runs starnet.p4 and this P4Info does not fit it: {exc}")
-        if action != p4r.SetForwardingPipelineConfigRequest.VERIFY:
-            self.device.schema, self.device.state = schema, state
-            self.device.config = p4r.ForwardingPipelineConfig()
-            self.device.config.CopyFrom(request.config)
-            log.info("pipeline set: %d tables, %d actions", len(schema.tables), len(schema.actions))
+        if action == actions.VERIFY:
+            pass
+        elif action == actions.VERIFY_AND_SAVE:
+            config = p4r.ForwardingPipelineConfig()
+            config.CopyFrom(request.config)
+            self.device.saved = (schema, RuntimeState(schema), config)
+            log.info("pipeline saved (not committed)")
+        elif action == actions.VERIFY_AND_COMMIT:
+            self.device.commit(schema, RuntimeState(schema), request.config)
+        elif action == actions.RECONCILE_AND_COMMIT:
+            running = self.device.state
+            if running is None or self.device.config.p4info.SerializeToString(deterministic=True) != \
+                    request.config.p4info.SerializeToString(deterministic=True):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              "RECONCILE_AND_COMMIT: the forwarding state can be kept only for the running P4Info")
+            self.device.config.CopyFrom(request.config)  # new cookie / device config, same tables
+            self.device.saved = None
+        else:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown action {action}")
         return p4r.SetForwardingPipelineConfigResponse()
 
     def GetForwardingPipelineConfig(self, request, context):
@@ -181,7 +222,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
 
     def Write(self, request, context):
         self._check_device(request.device_id, context)
-        self._check_primary(request.election_id, context)
+        self._check_primary(request, context)
         state = self._state(context)
         if request.atomicity != p4r.WriteRequest.CONTINUE_ON_ERROR:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "only CONTINUE_ON_ERROR atomicity is supported")
@@ -204,16 +245,34 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         return p4r.WriteResponse()
 
     def Read(self, request, context) -> Iterator[p4r.ReadResponse]:
+        """P4Runtime spec, "Read RPC" / "Batch Processing": every entity of the batch is read (an
+        empty Entity is INVALID_ARGUMENT); if any failed, the stream ends UNKNOWN with one
+        p4.v1.Error per entity in the status details, after the entities the others found."""
         self._check_device(request.device_id, context)
         state = self._state(context)
         response = p4r.ReadResponse()
-        try:
+        errors: list[p4r.Error] = []
+        failed: list[str] = []
+        with state.lock:
             for entity in request.entities:
-                for found in state.read(entity):
-                    response.entities.append(found)
-        except P4RuntimeError as exc:
-            context.abort(exc.code, exc.message)
-        yield response
+                try:
+                    if entity.WhichOneof("entity") is None:
+                        raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                             "empty Entity: a wildcard read of everything is not allowed")
+                    response.entities.extend(state.read(entity))
+                    errors.append(p4r.Error(canonical_code=rpc_code.OK))
+                except P4RuntimeError as exc:
+                    errors.append(p4r.Error(canonical_code=exc.code.value[0], message=exc.message))
+                    failed.append(exc.message)
+                except Exception as exc:  # noqa: BLE001 - the spec's "critical error": INTERNAL, the switch goes on
+                    log.exception("read of %s failed", entity.WhichOneof("entity"))
+                    errors.append(p4r.Error(canonical_code=rpc_code.INTERNAL, message=repr(exc)))
+                    failed.append(repr(exc))
+        for start in range(0, len(response.entities), READ_CHUNK):
+            yield p4r.ReadResponse(entities=response.entities[start:start + READ_CHUNK])
+        if failed:
+            _abort_with_details(context, grpc.StatusCode.UNKNOWN,
+                                f"{len(failed)} of {len(request.entities)} reads failed; first: {failed[0]}", errors)
 
     # ---- the stream ----------------------------------------------------------------------------
     def StreamChannel(self, request_iterator, context):
@@ -240,17 +299,22 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                     break
                 yield message
             if client.end_status is not None:
-                with self.lock:
-                    if client in self.clients:
-                        self.clients.remove(client)
+                self._leave(client)
                 context.abort(*client.end_status)
         finally:
-            with self.lock:
-                was_primary = client.election_id is not None and client.election_id == self.primary_election_id()
-                if client in self.clients:
-                    self.clients.remove(client)
+            self._leave(client)
+
+    def _leave(self, client: _Client) -> None:
+        """A stream ended: forget its client; if it was the primary, tell the others there is none."""
+        with self.lock:
+            if client not in self.clients:
+                return
+            self.clients.remove(client)
+            was_primary = client is self.primary
             if was_primary:
-                self._announce()
+                self.primary = None
+        if was_primary:
+            self._announce()
 
     def _read_stream(self, client: _Client, requests, context) -> None:
         try:
@@ -270,40 +334,68 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             client.send(None)  # type: ignore[arg-type]
 
     def _arbitrate(self, client: _Client, update: p4r.MasterArbitrationUpdate, context) -> None:
-        # P4Runtime spec, "Rules for Handling MasterArbitrationUpdate Messages": both errors
-        # terminate the stream with their status.
-        if update.device_id != self.device.device_id:
+        """P4Runtime spec, "Rules for Handling MasterArbitrationUpdate Messages": the errors end
+        the stream with their status; an accepted update with election id >= the highest ever
+        seen makes its client primary, anything lower (or unset) leaves it a backup."""
+        if not client.arbitrated and update.device_id != self.device.device_id:
             client.end(grpc.StatusCode.NOT_FOUND, f"unknown device id {update.device_id} "
                                                   f"(this switch is {self.device.device_id})")
             return
-        election_id = _election(update.election_id)
+        if client.arbitrated and update.device_id != self.device.device_id:
+            client.end(grpc.StatusCode.FAILED_PRECONDITION,
+                       f"device id {update.device_id} is not this stream's ({self.device.device_id})")
+            return
+        election_id = _election(update.election_id) if update.HasField("election_id") else None
         with self.lock:
-            if any(c is not client and c.election_id == election_id for c in self.clients):
+            if election_id is not None and any(c is not client and c.election_id == election_id
+                                               for c in self.clients):
                 client.end(grpc.StatusCode.INVALID_ARGUMENT, f"election id {election_id} is used by another client")
                 return
+            client.arbitrated = True
             client.election_id = election_id
-        self._announce()
+            was_primary = client is self.primary
+            if election_id is not None and (self.election_past is None or election_id >= self.election_past):
+                self.election_past = election_id
+                self.primary = client
+                changed = not was_primary
+                everyone = True
+            else:
+                if was_primary:
+                    self.primary = None  # downgraded itself: nobody is primary now
+                changed = was_primary
+                everyone = was_primary
+        if everyone:
+            self._announce()
+        else:
+            self._notify(client)
+        if changed:
+            log.info("primary is now %s", self.primary_election_id())
+
+    def _notify(self, client: _Client) -> None:
+        """Spec, "Client Arbitration Notifications": the highest election id seen (unset if there
+        never was a primary); OK to the primary, ALREADY_EXISTS to backups while there is one,
+        NOT_FOUND to backups while there is none."""
+        with self.lock:
+            primary, past = self.primary, self.election_past
+        message = p4r.StreamMessageResponse()
+        arb = message.arbitration
+        arb.device_id = self.device.device_id
+        if past is not None:
+            arb.election_id.high, arb.election_id.low = past >> 64, past & ((1 << 64) - 1)
+        if client is primary:
+            arb.status.code, arb.status.message = rpc_code.OK, "is primary"
+        elif primary is not None:
+            arb.status.code, arb.status.message = rpc_code.ALREADY_EXISTS, "is backup"
+        else:
+            arb.status.code, arb.status.message = rpc_code.NOT_FOUND, "is backup; there is no primary"
+        client.send(message)
 
     def _announce(self) -> None:
-        """Tell every client who the primary is (OK to the primary, ALREADY_EXISTS to backups)."""
+        """Tell every arbitrated client who the primary is."""
         with self.lock:
-            primary = self.primary_election_id()
-            clients = list(self.clients)
+            clients = [c for c in self.clients if c.arbitrated]
         for c in clients:
-            if c.election_id is None:
-                continue
-            message = p4r.StreamMessageResponse()
-            arb = message.arbitration
-            arb.device_id = self.device.device_id
-            if primary is not None:
-                arb.election_id.high, arb.election_id.low = primary >> 64, primary & ((1 << 64) - 1)
-            if c.election_id == primary:
-                arb.status.code = rpc_code.OK
-                arb.status.message = "is primary"
-            else:
-                arb.status.code = rpc_code.ALREADY_EXISTS
-                arb.status.message = "is backup"
-            c.send(message)
+            self._notify(c)
 
     def _stream_error(self, client: _Client, code: grpc.StatusCode, message: str) -> None:
         response = p4r.StreamMessageResponse()
@@ -312,7 +404,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         client.send(response)
 
     def _packet_out(self, client: _Client, packet: p4r.PacketOut) -> None:
-        if client.election_id is None or client.election_id != self.primary_election_id():
+        if client is not self.primary:
             self._stream_error(client, grpc.StatusCode.PERMISSION_DENIED, "packet-out from a non-primary client")
             return
         schema = self.device.schema
@@ -339,8 +431,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         schema = self.device.schema
         if schema is None:
             return False
-        primary = self.primary_election_id()
-        target = next((c for c in self.clients if c.election_id == primary and primary is not None), None)
+        target = self.primary
         if target is None:
             return False
         message = p4r.StreamMessageResponse()

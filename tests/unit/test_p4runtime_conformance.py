@@ -378,7 +378,8 @@ def test_spec_counterentry_an_index_beyond_the_counter_is_out_of_range(primary, 
     counter.index.index = 100_000
     with pytest.raises(grpc.RpcError) as info:
         list(stub.Read(request))
-    assert info.value.code() == grpc.StatusCode.OUT_OF_RANGE, info.value.details()
+    assert info.value.code() == grpc.StatusCode.UNKNOWN, info.value.details()  # the Read batch form
+    assert [e.canonical_code for e in error_details(info.value)] == [grpc.StatusCode.OUT_OF_RANGE.value[0]]
 
 
 def test_spec_group_programming_a_group_listing_a_member_twice_is_invalid(primary, schema):
@@ -421,3 +422,157 @@ def test_spec_arbitration_rules_unknown_device_and_taken_election_id_end_the_str
     finally:
         second.close()
     assert first.error is None and service.primary_election_id() == 4
+
+
+# ---- Read RPC -----------------------------------------------------------------------------------
+def test_spec_read_batch_processing_returns_what_was_found_then_unknown_with_one_error_per_entity(primary, schema):
+    """P4Runtime spec, "Read RPC" / "Batch Processing": a read of {a, b, c, d} where b and d do
+    not validate returns a's and c's entities, then UNKNOWN with details {OK, b's, d's... , OK}
+    in the same order; an empty Entity is INVALID_ARGUMENT ("Wildcard Reads")."""
+    stub, _ = primary
+    write(stub, [ent.insert(nhop_member(schema)), ent.insert(lpm_entry(schema))])
+    request = p4r.ReadRequest(device_id=DEVICE_ID)
+    request.entities.add().table_entry.table_id = schema.id_of("StarIngress.ipv4_lpm")
+    request.entities.add().table_entry.table_id = 12345                   # no such table
+    request.entities.add().action_profile_member.action_profile_id = schema.id_of("StarIngress.ecmp_selector")
+    request.entities.add()                                                # empty Entity
+    responses = stub.Read(request)
+    found = []
+    with pytest.raises(grpc.RpcError) as info:
+        for response in responses:
+            found.extend(response.entities)
+    assert info.value.code() == grpc.StatusCode.UNKNOWN
+    assert [e.WhichOneof("entity") for e in found] == ["table_entry", "action_profile_member"]
+    codes = [grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT]
+    assert [e.canonical_code for e in error_details(info.value)] == [c.value[0] for c in codes]
+
+
+def test_spec_read_rpc_a_read_without_entities_fails_for_none(primary):
+    stub, _ = primary
+    assert [r for r in stub.Read(p4r.ReadRequest(device_id=DEVICE_ID)) if r.entities] == []
+
+
+# ---- SetForwardingPipelineConfig RPC ----------------------------------------------------------------
+def set_pipeline(stub, schema, action, with_config=True, election_low=10, cookie=0):
+    request = p4r.SetForwardingPipelineConfigRequest(device_id=DEVICE_ID, action=action)
+    request.election_id.low = election_low
+    if with_config:
+        request.config.p4info.CopyFrom(schema.p4info)
+        request.config.cookie.cookie = cookie
+    return stub.SetForwardingPipelineConfig(request)
+
+
+def lpm_entries(stub, schema) -> int:
+    query = p4r.ReadRequest(device_id=DEVICE_ID)
+    query.entities.add().table_entry.table_id = schema.id_of("StarIngress.ipv4_lpm")
+    return sum(len(r.entities) for r in stub.Read(query))
+
+
+def test_spec_setforwardingpipelineconfig_verify_and_save_keeps_forwarding_until_commit(primary, schema, switch):
+    """VERIFY_AND_SAVE: the forwarding state is not modified, Read/Write refer to the new config;
+    COMMIT realizes it with the writes made since the save."""
+    stub, _ = primary
+    pipeline = switch[2]
+    write(stub, [ent.insert(nhop_member(schema)), ent.insert(lpm_entry(schema))])
+    running = pipeline.state
+    set_pipeline(stub, schema, p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_SAVE)
+    assert pipeline.state is running and len(running.table_by_name("StarIngress.ipv4_lpm").entries) == 1
+    assert lpm_entries(stub, schema) == 0  # Read sees the saved config's (empty) state
+    write(stub, [ent.insert(nhop_member(schema)), ent.insert(lpm_entry(schema, "10.0.9.0", 24))])
+    assert len(running.table_by_name("StarIngress.ipv4_lpm").entries) == 1  # data plane unchanged
+    set_pipeline(stub, schema, p4r.SetForwardingPipelineConfigRequest.COMMIT, with_config=False)
+    assert pipeline.state is not running
+    assert [e.proto.match[0].lpm.prefix_len for e in pipeline.state.table_by_name("StarIngress.ipv4_lpm")
+            .entries.values()] == [24]
+
+
+def test_spec_setforwardingpipelineconfig_commit_without_a_saved_config_is_not_found(primary, schema):
+    stub, _ = primary
+    with pytest.raises(grpc.RpcError) as info:
+        set_pipeline(stub, schema, p4r.SetForwardingPipelineConfigRequest.COMMIT, with_config=False)
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    set_pipeline(stub, schema, p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_SAVE)
+    with pytest.raises(grpc.RpcError) as info:
+        set_pipeline(stub, schema, p4r.SetForwardingPipelineConfigRequest.COMMIT)  # with a config
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_spec_setforwardingpipelineconfig_reconcile_and_commit_preserves_the_forwarding_state(primary, schema, switch):
+    stub, _ = primary
+    pipeline = switch[2]
+    write(stub, [ent.insert(nhop_member(schema)), ent.insert(lpm_entry(schema))])
+    running = pipeline.state
+    set_pipeline(stub, schema, p4r.SetForwardingPipelineConfigRequest.RECONCILE_AND_COMMIT, cookie=42)
+    assert pipeline.state is running and lpm_entries(stub, schema) == 1
+    got = stub.GetForwardingPipelineConfig(p4r.GetForwardingPipelineConfigRequest(
+        device_id=DEVICE_ID, response_type=p4r.GetForwardingPipelineConfigRequest.COOKIE_ONLY))
+    assert got.config.cookie.cookie == 42
+    other = P4Schema.from_message(schema.p4info)
+    other.p4info.tables[0].size += 1  # a different program: its state cannot be kept
+    with pytest.raises(grpc.RpcError) as info:
+        set_pipeline(stub, other, p4r.SetForwardingPipelineConfigRequest.RECONCILE_AND_COMMIT)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert lpm_entries(stub, schema) == 1
+
+
+def test_spec_setforwardingpipelineconfig_verify_and_commit_without_config_is_invalid(primary, schema):
+    stub, _ = primary
+    actions = p4r.SetForwardingPipelineConfigRequest
+    for action in (actions.VERIFY, actions.VERIFY_AND_SAVE, actions.VERIFY_AND_COMMIT):
+        with pytest.raises(grpc.RpcError) as info:
+            set_pipeline(stub, schema, action, with_config=False)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# ---- arbitration ----------------------------------------------------------------------------------
+def test_spec_arbitration_when_the_primary_leaves_no_lower_id_becomes_primary(switch):
+    """"Rules for Handling MasterArbitrationUpdate Messages": a client is primary only with an
+    election id >= the highest ever seen. When the primary leaves, the backups hear NOT_FOUND
+    (no primary) with that highest id, and one becomes primary by sending an id >= it."""
+    stub, open_stream, _, _, service = switch
+    backup, arb = open_stream(3)
+    assert arb.arbitration.status.code == 0  # the first: primary
+    primary, arb = open_stream(8)
+    assert arb.arbitration.status.code == 0
+    assert backup.next("arbitration").arbitration.status.code == grpc.StatusCode.ALREADY_EXISTS.value[0]
+    primary.close()
+    note = backup.next("arbitration").arbitration
+    assert (note.status.code, note.election_id.low) == (grpc.StatusCode.NOT_FOUND.value[0], 8)
+    assert service.primary_election_id() is None
+    with pytest.raises(grpc.RpcError) as info:
+        write(stub, [], election_low=3)
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert backup.arbitrate(8).arbitration.status.code == 0  # >= the highest seen: primary
+    assert service.primary_election_id() == 8
+
+
+def test_spec_unset_election_id_never_becomes_primary_nor_writes(switch, schema):
+    """"Unset Election ID": lower than any election id; such a client is never primary."""
+    stub, open_stream, _, _, service = switch
+    stream = Stream(stub)
+    request = p4r.StreamMessageRequest()
+    request.arbitration.device_id = DEVICE_ID  # no election_id
+    stream.requests.put(request)
+    try:
+        note = stream.next("arbitration").arbitration
+        assert note.status.code == grpc.StatusCode.NOT_FOUND.value[0]
+        assert not note.HasField("election_id")  # there never was a primary
+        assert service.primary is None
+        unset = p4r.WriteRequest(device_id=DEVICE_ID)  # no election_id either
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Write(unset)
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        zero, arb = open_stream(0)  # {high: 0, low: 0} is set, and differs from unset
+        assert arb.arbitration.status.code == 0
+        assert stream.next("arbitration").arbitration.status.code == grpc.StatusCode.ALREADY_EXISTS.value[0]
+    finally:
+        stream.close()
+
+
+def test_spec_arbitration_a_live_stream_that_changes_its_device_id_is_ended(switch):
+    _, open_stream, *_ = switch
+    stream, arb = open_stream(5)
+    assert arb.arbitration.status.code == 0
+    stream.request_arbitration(5, device_id=DEVICE_ID + 1)
+    assert wait_until(lambda: stream.error is not None, 5.0)
+    assert stream.error == grpc.StatusCode.FAILED_PRECONDITION
