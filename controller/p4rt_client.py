@@ -18,6 +18,7 @@ from wire.proto import p4r, p4r_grpc
 log = logging.getLogger("controller.p4rt")
 
 WRITE_BATCH = 256
+NOT_FOUND = 5  # google.rpc.Code: an arbitration notification while there is no primary
 PACKET_IN_QUEUE = 10000
 
 
@@ -27,8 +28,11 @@ class SwitchError(RuntimeError):
 
 class SwitchSession:
     def __init__(self, name: str, address: str, device_id: int, schema: P4Schema,
-                 election_id: int = 10, request_log: Path | None = None) -> None:
+                 election_id: int = 10, request_log: Path | None = None, reclaim: bool = True) -> None:
+        """reclaim: when the switch says nobody is primary and the highest election id it has seen
+        is above ours (someone took over, then left), arbitrate again with that id + 1."""
         self.name = name
+        self.reclaim = reclaim
         self.address = address
         self.device_id = device_id
         self.schema = schema
@@ -69,6 +73,19 @@ class SwitchSession:
         except asyncio.TimeoutError:
             raise SwitchError(f"switch {self.name}: did not become primary (election id {self.election_id})") from None
 
+    async def _maybe_reclaim(self, arbitration: p4r.MasterArbitrationUpdate) -> None:
+        """P4Runtime makes primary only an election id >= the highest the switch has seen: after a
+        takeover (make shell ELECTION=0,100) ended, take the switch back with one above it."""
+        past = (arbitration.election_id.high << 64) | arbitration.election_id.low
+        if not self.reclaim or arbitration.status.code != NOT_FOUND or past < self.election_id:
+            return
+        self.election_id = past + 1
+        log.warning("%s: no primary; arbitrating again with election id %d", self.name, self.election_id)
+        request = p4r.StreamMessageRequest()
+        request.arbitration.device_id = self.device_id
+        request.arbitration.election_id.CopyFrom(self._election())
+        await self._outbox.put(request)
+
     async def _requests(self):
         while True:
             message = await self._outbox.get()
@@ -88,6 +105,7 @@ class SwitchSession:
                     else:
                         self.is_primary.clear()
                         log.warning("%s: not primary: %s", self.name, response.arbitration.status.message)
+                        await self._maybe_reclaim(response.arbitration)
                 elif kind == "packet":
                     try:
                         self.packet_ins.put_nowait(response.packet)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import time
@@ -10,6 +11,7 @@ import grpc
 import pytest
 
 from controller import entities as ent
+from controller.p4rt_client import SwitchSession
 from softswitch.p4rt_server import DEFAULT_MAX_STREAMS, Device, P4RuntimeService, serve
 from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
@@ -71,6 +73,7 @@ def switch(schema):
     device = Device(DEVICE_ID, 255, lambda s, state: pipeline.bind(state), lambda port, data: sent.append((port, data)))
     service = P4RuntimeService(device)
     server, port = serve(service, "127.0.0.1:0")
+    service.address = f"127.0.0.1:{port}"  # for tests that bring their own client
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     stub = p4r_grpc.P4RuntimeStub(channel)
     streams: list[Stream] = []
@@ -576,3 +579,30 @@ def test_spec_arbitration_a_live_stream_that_changes_its_device_id_is_ended(swit
     stream.request_arbitration(5, device_id=DEVICE_ID + 1)
     assert wait_until(lambda: stream.error is not None, 5.0)
     assert stream.error == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_controller_session_takes_the_switch_back_after_a_takeover_ends(switch, schema):
+    """The controller's SwitchSession (election id 10) loses primary to a client with 100 (`make
+    shell ELECTION=0,100`); when that client leaves, nobody may be primary below 100, so the
+    session arbitrates again with 101 and can write."""
+    stub, open_stream, _, _, service = switch
+    address = service.address
+
+    async def scenario() -> None:
+        session = SwitchSession("ctl", address, DEVICE_ID, schema, election_id=10)
+        await session.connect()
+        await session.set_pipeline()
+        taker, arb = await asyncio.to_thread(open_stream, 100)
+        assert arb.arbitration.status.code == 0
+        await asyncio.wait_for(until(lambda: not session.is_primary.is_set()), 5)
+        taker.close()
+        await asyncio.wait_for(session.is_primary.wait(), 5)
+        assert session.election_id == 101 and service.primary_election_id() == 101
+        await session.write([ent.insert(nhop_member(schema))])
+        await session.close()
+    asyncio.run(scenario())
+
+
+async def until(predicate) -> None:
+    while not predicate():
+        await asyncio.sleep(0.02)
