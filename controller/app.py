@@ -36,7 +36,6 @@ log = logging.getLogger("controller")
 
 SELECTOR = "StarIngress.ecmp_selector"
 REPORT_SESSION = 500  # p4src/include/headers.p4: clone session of INT reports
-REPORT_TRUNCATE_BYTES = 512  # a report needs the headers and the INT stack, not the payload
 CPU_PORT = 255
 INT_SAMPLE_LOG2 = 3  # default: INT on 1 in 8 packets of every host TCP/UDP flow
 REASON_INT_REPORT = 1
@@ -48,7 +47,7 @@ def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: 
     updates: list[p4r.Update] = [
         ent.modify(ent.default_entry(schema, "StarEgress.int_node",
                                      ent.action(schema, "StarEgress.set_node_id", id=plan.switches[switch].device_id))),
-        ent.insert(ent.clone_session(REPORT_SESSION, CPU_PORT, REPORT_TRUNCATE_BYTES)),
+        ent.insert(ent.clone_session(REPORT_SESSION, CPU_PORT)),  # starnet.p4 truncates the reports
     ]
     for proto in (6, 17) if int_sample_log2 is not None else ():
         updates.append(ent.insert(ent.table_entry(

@@ -25,6 +25,7 @@ REASON_INT_REPORT = 1
 REPORT_SESSION = 500
 REPORT_INTERVAL_S = 0.010
 REPORT_FLOW_SLOTS = 1024
+REPORT_TRUNCATE_BYTES = 512  # starnet.p4 egress: truncate() of every report
 
 
 class IntPending:
@@ -131,7 +132,9 @@ class IntEngine:
         self.node_id = 0
         self.capacity_mbps: dict[int, int] = {}
         self.ecn_thresholds: dict[int, int] = {}
-        self.report_bytes: int | None = None  # clone session 500's truncation; None = no session
+        # Bytes of the frame a report carries (starnet.p4's truncate(), or clone session 500's
+        # packet_length_bytes if shorter); None = no session, no reports.
+        self.report_bytes: int | None = None
         self.last_report = [0.0] * REPORT_FLOW_SLOTS
         self.to_cpu: Callable[[bytes, int, int], None] | None = None
         self.epoch = time.monotonic()
@@ -167,5 +170,5 @@ class IntEngine:
             return
         self.last_report[item.flow_slot] = now
         self.reports += 1
-        report = bytes(frame[:self.report_bytes]) if self.report_bytes else bytes(frame)
+        report = bytes(frame[:self.report_bytes])
         self.to_cpu(report, item.in_port, REASON_INT_REPORT)

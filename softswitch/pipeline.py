@@ -15,7 +15,14 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from softswitch.inband import REPORT_SESSION, IntEngine, IntPending, flow_slot, insert_source_header
+from softswitch.inband import (
+    REPORT_SESSION,
+    REPORT_TRUNCATE_BYTES,
+    IntEngine,
+    IntPending,
+    flow_slot,
+    insert_source_header,
+)
 from softswitch.runtime_state import ActionCall, RuntimeState
 from wire.drops import DROP_COUNTER, DROP_INDEX
 from wire.intmd import DSCP_INT, IntFormatError, int_length, l4_header_length
@@ -135,7 +142,10 @@ class Pipeline:
         node = state.table_by_name(INT_NODE).default_action
         engine.node_id = node.args[0] if node.name.endswith(".set_node_id") else 0
         session = state.clone_sessions.get(REPORT_SESSION)
-        engine.report_bytes = None if session is None else session.packet_length_bytes
+        if session is None:
+            engine.report_bytes = None
+        else:
+            engine.report_bytes = min(REPORT_TRUNCATE_BYTES, session.packet_length_bytes or REPORT_TRUNCATE_BYTES)
         self.config_generation += 1
         self.invalidate()
 

@@ -76,6 +76,7 @@ control StarEgress(inout headers_t hdr, inout metadata_t meta,
             hdr.packet_in.ingress_port = meta.orig_ingress_port;
             hdr.packet_in.reason = REASON_INT_REPORT;
             hdr.packet_in._pad = 0;
+            truncate(PACKET_IN_BYTES + REPORT_TRUNCATE_BYTES);
             port_tx.count((bit<32>)standard_metadata.egress_port);
             exit;
         }

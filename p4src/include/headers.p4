@@ -52,6 +52,11 @@ const bit<32> DROP_REASONS = 9;
 const bit<32> REPORT_SESSION = 500;       // clone session to the CPU port, set by the controller
 const bit<48> REPORT_INTERVAL_US = 10000; // at most one routine report per flow slot per 10 ms
 const bit<32> REPORT_FLOW_SLOTS = 1024;
+// A report carries the first REPORT_TRUNCATE_BYTES of the frame (headers and the INT stack, not
+// the payload). The program truncates it itself (v1model truncate(), which BMv2 supports where its
+// PI does not support truncating clone sessions); the packet_in header is counted on top.
+const bit<32> REPORT_TRUNCATE_BYTES = 512;
+const bit<32> PACKET_IN_BYTES = 4;
 
 // standard_metadata.instance_type values of BMv2's simple_switch (not named by v1model.p4).
 const bit<32> PKT_INSTANCE_TYPE_NORMAL = 0;

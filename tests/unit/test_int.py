@@ -12,7 +12,7 @@ from controller import entities as ent
 from controller.app import switch_program
 from controller.routing import compute_routes
 from softswitch.egress import EgressQueue
-from softswitch.inband import REPORT_INTERVAL_S, IntPending
+from softswitch.inband import REPORT_INTERVAL_S, REPORT_TRUNCATE_BYTES, IntPending
 from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
 from topologies import leafspine
@@ -113,6 +113,17 @@ def test_int_is_stripped_to_the_original_bytes_and_reported_with_the_path(fabric
     assert stack.remaining_hop_cnt == 3 and stack.orig_dscp == 0x28 >> 2
     shown = dissect_int(Ether(report))
     assert shown["INT-MD header"].remaining_hop_cnt == 3 and len(shown["INT-MD header"].hops) == 3
+
+
+def test_a_report_carries_the_first_512_bytes_as_starnet_p4_truncates_it(fabric):
+    """The controller's clone session has no truncation (BMv2's PI has none); the program's
+    truncate() cuts every report to REPORT_TRUNCATE_BYTES of frame, on both targets."""
+    sent = frame_from(fabric, "h1", "h5", UDP(sport=4000, dport=5000), payload=b"\xab" * 1200)
+    received, _ = fabric.carry(sent, "h1")
+    assert received is not None and len(received) == len(sent)
+    (_, _, _, report), = fabric.reports
+    assert len(report) == REPORT_TRUNCATE_BYTES
+    assert parse(report, 34 + 8).remaining_hop_cnt == 3  # the whole INT stack is in it
 
 
 def test_same_leaf_traffic_gets_int_and_loses_it_in_one_switch(fabric):
