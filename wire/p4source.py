@@ -53,6 +53,7 @@ class Program:
     counters: dict[str, tuple[int, str]] = field(default_factory=dict)  # name → (size, unit)
     registers: dict[str, tuple[int, int]] = field(default_factory=dict)  # name → (bitwidth, size)
     selectors: dict[str, tuple[int, int]] = field(default_factory=dict)  # name → (size, max group size)
+    called_actions: set[str] = field(default_factory=set)  # actions an apply block calls (p4c lists them)
     control_params: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def width(self, type_name: str) -> int:
@@ -183,6 +184,12 @@ def _parse_control(program: Program, control: str, body: str) -> None:
             typ, name = param.rsplit(None, 1)
             params.append((name, program.width(typ)))
         program.actions[f"{control}.{match.group(1)}"] = params
+    apply = re.search(r"\bapply\s*\{", top)
+    if apply:
+        apply_body, _ = _block(body, apply.end() - 1)  # _top_level keeps positions
+        for name in [a for a in program.actions if a.startswith(f"{control}.")]:
+            if re.search(rf"\b{re.escape(name.split('.', 1)[1])}\s*\(", apply_body):
+                program.called_actions.add(name)
     for match in re.finditer(r"\btable\s+(\w+)\s*\{", top):
         table_body, _ = _block(body, match.end() - 1)
         program.tables[f"{control}.{match.group(1)}"] = _parse_table(program, control, match.group(1), table_body)
@@ -260,9 +267,10 @@ def compare(program: Program, p4info: p4i.P4Info) -> list[str]:
         if decl.size is not None and decl.size != info.size:
             problems.append(f"table {name}: size {decl.size} in the program, {info.size} in the P4Info")
     info_actions = {a.preamble.name: a for a in p4info.actions}
+    used_actions |= program.called_actions
     for name in sorted(used_actions):
         if name not in info_actions:
-            problems.append(f"action {name} is used by a table but missing from the P4Info")
+            problems.append(f"action {name} is used by the program but missing from the P4Info")
             continue
         if name == "NoAction":
             continue
@@ -273,7 +281,7 @@ def compare(program: Program, p4info: p4i.P4Info) -> list[str]:
         elif want != have:
             problems.append(f"action {name}: parameters {want} in the program, {have} in the P4Info")
     for name in sorted(set(info_actions) - used_actions):
-        problems.append(f"action {name} is in the P4Info but no table of the program uses it")
+        problems.append(f"action {name} is in the P4Info but the program uses it nowhere")
     counters = {c.preamble.name: (c.size, p4i.CounterSpec.Unit.Name(c.spec.unit)) for c in p4info.counters}
     want_counters = {n: (s, p4i.CounterSpec.Unit.Name(COUNTER_UNITS[u])) for n, (s, u) in program.counters.items()}
     problems += _diff("counter", want_counters, counters)
