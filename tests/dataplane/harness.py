@@ -12,6 +12,7 @@ Everything created is recorded in a run directory and removed on exit.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import select
 import socket
@@ -72,6 +73,13 @@ class SyncSession:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(5)
             self.loop.close()
+
+
+def _nothing_to_read(exc: OSError) -> None:
+    """A host socket's recv ended: empty (EAGAIN), or its link went down (ENETDOWN, reported once
+    by the kernel when the host end of a link is taken down); anything else is an error."""
+    if exc.errno not in (errno.EAGAIN, errno.ENETDOWN):
+        raise exc
 
 
 RECEIVE_TIMEOUT_S = 10.0  # a ceiling: receives return as soon as the frames they wait for are in
@@ -182,8 +190,8 @@ class SwitchHarness:
             try:
                 while sock.recv(10000):
                     pass
-            except BlockingIOError:
-                pass
+            except OSError as exc:
+                _nothing_to_read(exc)
 
     def receive(self, port: int, match: Callable[[bytes], bool], count: int = 1,
                 timeout_s: float = RECEIVE_TIMEOUT_S, settle_s: float = 0.0) -> list[bytes]:
@@ -206,8 +214,8 @@ class SwitchHarness:
                         frame = sock.recv(10000)
                         if match(frame):
                             got[socks[sock]].append(frame)
-                except BlockingIOError:
-                    pass
+                except OSError as exc:
+                    _nothing_to_read(exc)
             if sum(map(len, got.values())) >= count and not settling:
                 if not settle_s:
                     break
@@ -216,4 +224,8 @@ class SwitchHarness:
         return got
 
     def set_link(self, port: int, up: bool) -> None:
-        sh("ip", "link", "set", self.switch_intfs[port], "up" if up else "down")
+        """Take the link of `port` down or up at its host end: the switch-side interface stays
+        administratively up and reads operstate "down" (no carrier), which is how the soft switch
+        and BMv2's port monitor (every 200 ms, /sys/class/net/<if>/operstate) learn of it. Taking
+        the switch's own end down instead stops BMv2's receive path (p4lang/behavioral-model#1215)."""
+        sh("ip", "netns", "exec", self.namespaces[port], "ip", "link", "set", "eth0", "up" if up else "down")
