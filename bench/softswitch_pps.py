@@ -50,6 +50,7 @@ from testbed.rundir import (  # noqa: E402
     record_pid,
 )
 from testbed.switchproc import SoftSwitchProcess  # noqa: E402
+from wire.cpu import CPU_PORT, REPORT_SESSION  # noqa: E402
 from wire.p4info import P4Schema  # noqa: E402
 
 SENDER_IP, RECEIVER_IP = "10.99.0.1", "10.99.0.2"
@@ -189,7 +190,7 @@ async def enable_int(address: str) -> None:
                                    priority=1)),
         ent.insert(ent.table_entry(schema, "StarIngress.int_sink", {"standard_metadata.egress_spec": 2},
                                    action_call=ent.action(schema, "StarIngress.set_int_sink"))),
-        ent.insert(ent.clone_session(500, 255, 512)),
+        ent.insert(ent.clone_session(REPORT_SESSION, CPU_PORT)),
     ])
     await session.close()
 

@@ -23,11 +23,12 @@ from controller import entities as ent
 from controller.advice import MODES, AdviceLoop
 from controller.advisor import AdvisorParams
 from controller.p4rt_client import SwitchError, SwitchSession
-from controller.routing import ROLE_HOST, compute_routes, port_configs
+from controller.routing import compute_routes, port_configs
 from controller.service import start_server
 from controller.telemetry import Collector
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology, load_topology
+from wire.cpu import CPU_PORT, REASON_INT_REPORT, REPORT_SESSION, ROLE_HOST
 from wire.fidelity import FidelityWindows, watch_loop_lag
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 from wire.proto import p4r
@@ -35,10 +36,7 @@ from wire.proto import p4r
 log = logging.getLogger("controller")
 
 SELECTOR = "StarIngress.ecmp_selector"
-REPORT_SESSION = 500  # p4src/include/headers.p4: clone session of INT reports
-CPU_PORT = 255
 INT_SAMPLE_LOG2 = 3  # default: INT on 1 in 8 packets of every host TCP/UDP flow
-REASON_INT_REPORT = 1
 
 
 def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: str,

@@ -11,9 +11,7 @@ from dataclasses import dataclass
 
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
-
-ROLE_HOST = 1
-ROLE_FABRIC = 2
+from wire.cpu import ROLE_FABRIC, ROLE_HOST
 
 
 @dataclass(frozen=True, order=True)

@@ -23,6 +23,7 @@ from softswitch.dataplane import DataPlane, PortSpec
 from softswitch.p4rt_server import DEFAULT_MAX_STREAMS, Device, P4RuntimeService, serve
 from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
+from wire.cpu import CPU_PORT
 from wire.fidelity import DEFAULT_TOLERANCE_MS, FidelityWindows
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 
@@ -47,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device-id", type=int, default=0)
     parser.add_argument("--grpc-server-addr", default="127.0.0.1:9559",
                         help="127.0.0.1:PORT or unix:PATH (never 0.0.0.0)")
-    parser.add_argument("--cpu-port", type=int, default=255)
+    parser.add_argument("--cpu-port", type=int, default=CPU_PORT)
     parser.add_argument("--log-file", type=Path)
     parser.add_argument("--log-level", default="info",
                         choices=["trace", "debug", "info", "warn", "error", "critical", "off"])

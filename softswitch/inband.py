@@ -16,16 +16,13 @@ import time
 import zlib
 from collections.abc import Callable
 
+from wire.cpu import REASON_INT_REPORT, REPORT_FLOW_SLOTS, REPORT_INTERVAL_US
 from wire.intmd import DSCP_INT, FIXED_BYTES, HOP_BYTES, HOP_STRUCT, HOP_WORDS, UNKNOWN32, IntStack
 
 _HOP = HOP_STRUCT
 _WORDS20 = struct.Struct("!10H")
 
-REASON_INT_REPORT = 1
-REPORT_SESSION = 500
-REPORT_INTERVAL_S = 0.010
-REPORT_FLOW_SLOTS = 1024
-REPORT_TRUNCATE_BYTES = 512  # starnet.p4 egress: truncate() of every report
+REPORT_INTERVAL_S = REPORT_INTERVAL_US / 1e6
 
 
 class IntPending:

@@ -15,15 +15,9 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from softswitch.inband import (
-    REPORT_SESSION,
-    REPORT_TRUNCATE_BYTES,
-    IntEngine,
-    IntPending,
-    flow_slot,
-    insert_source_header,
-)
+from softswitch.inband import IntEngine, IntPending, flow_slot, insert_source_header
 from softswitch.runtime_state import ActionCall, RuntimeState
+from wire.cpu import ETHERTYPE_PROBE, REASON_PROBE, REPORT_SESSION, REPORT_TRUNCATE_BYTES, ROLE_HOST
 from wire.drops import DROP_COUNTER, DROP_INDEX
 from wire.intmd import DSCP_INT, IntFormatError, int_length, l4_header_length
 
@@ -40,11 +34,7 @@ PORT_TX = "StarEgress.port_tx"
 FAULT_DROPS = "StarIngress.fault_drops"
 MALFORMED = "StarIngress.malformed"
 
-ETHERTYPE_PROBE = b"\x88\xb5"  # p4src/include/headers.p4: controller link probes
-REASON_PROBE = 2
-
-ROLE_HOST = 1
-ROLE_FABRIC = 2
+_PROBE = ETHERTYPE_PROBE.to_bytes(2, "big")
 
 _FIVE_TUPLE = struct.Struct("!IIBHH")
 _IPV4_ADDRS = struct.Struct("!II")
@@ -236,7 +226,7 @@ class Pipeline:
         if n < 14:
             self.count_drop("malformed", in_port, n)
             return None
-        if frame[12:14] == ETHERTYPE_PROBE:
+        if frame[12:14] == _PROBE:
             self.to_cpu(frame, in_port, REASON_PROBE)
             return None
         if frame[12] != 0x08 or frame[13] != 0x00:

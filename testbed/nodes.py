@@ -11,7 +11,6 @@ from pathlib import Path
 from mininet.node import Host, Switch
 
 from testbed.switchproc import (
-    CPU_PORT,
     Bmv2SwitchProcess,
     SoftSwitchProcess,
     SwitchProcess,
@@ -19,6 +18,7 @@ from testbed.switchproc import (
     bmv2_missing,
     log_tail,
 )
+from wire.cpu import CPU_PORT
 
 SWITCH_MTU = 9000
 

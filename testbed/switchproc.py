@@ -19,9 +19,9 @@ import grpc
 
 from testbed.ports import port_answers
 from testbed.rundir import PROJECT_ROOT, forget_pid, record_pid
+from wire.cpu import CPU_PORT
 from wire.proto import p4r, p4r_grpc
 
-CPU_PORT = 255
 FIDELITY_CSV = "fidelity.csv"
 READY_TIMEOUT_S = 30.0
 BMV2_TOOLS = ("simple_switch_grpc", "p4c-bm2-ss")

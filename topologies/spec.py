@@ -23,9 +23,10 @@ from typing import Any
 
 import yaml
 
+from wire.cpu import CPU_PORT
+
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*[0-9]+$")
-MAX_PORT = 254  # BMv2 ports are 9-bit; 255 is the CPU port by our convention
-CPU_PORT = 255
+MAX_PORT = CPU_PORT - 1  # topology ports are 1..254, below the CPU port
 SWITCH_ROLES = ("spine", "leaf", "core", "agg", "edge", "switch")
 DEFAULT_CAPACITY_MBPS = 20.0
 DEFAULT_QUEUE_PKTS = 64

@@ -1,26 +1,32 @@
-"""CPU-port headers: packet_in {ingress_port:16, reason:8, pad:8}, packet_out {egress_port:16, pad:16}.
+"""The CPU port and what crosses it, as starnet.p4 declares it (p4src/include/headers.p4):
+the CPU port number, packet-in reasons, the INT report clone session and its truncation, the
+controller's probe EtherType and the port roles the controller writes into port_role.
+tests/unit/test_wire_contract.py checks every number here against the P4 source.
 
-On the P4Runtime stream these travel as PacketMetadata (ids from the P4Info); on the wire
-between data plane and CPU port (BMv2's --cpu-port) they are a 4-byte header before Ethernet.
+packet_in {ingress_port:16, reason:8, pad:8}, packet_out {egress_port:16, pad:16}: on the
+P4Runtime stream these travel as PacketMetadata (ids from the P4Info); between BMv2's data plane
+and its --cpu-port they are a 4-byte header before Ethernet.
 """
 
 from __future__ import annotations
 
-import enum
 import struct
 
-PACKET_IN_LEN = 4
-PACKET_OUT_LEN = 4
+CPU_PORT = 255                 # BMv2 --cpu-port; the soft switch uses the same number
+ETHERTYPE_PROBE = 0x88B5       # controller link probes, punted with REASON_PROBE
+REASON_INT_REPORT = 1          # packet_in.reason
+REASON_PROBE = 2
+REPORT_SESSION = 500           # I2E clone session of INT reports, to the CPU port
+REPORT_TRUNCATE_BYTES = 512    # bytes of the frame a report carries (the program's truncate())
+REPORT_INTERVAL_US = 10_000    # at most one routine report per flow slot per 10 ms
+REPORT_FLOW_SLOTS = 1024
+ROLE_HOST = 1                  # port_role: a host-facing port (INT may start here)
+ROLE_FABRIC = 2
+
+PACKET_IN_BYTES = 4
+PACKET_OUT_BYTES = 4
 _PACKET_IN = struct.Struct("!HBB")
 _PACKET_OUT = struct.Struct("!HH")
-
-
-class PacketInReason(enum.IntEnum):
-    NONE = 0
-    INT_REPORT = 1
-    PROBE = 2
-    NO_ROUTE = 3
-    TTL_EXPIRED = 4
 
 
 def pack_packet_in(ingress_port: int, reason: int) -> bytes:
@@ -37,4 +43,4 @@ def pack_packet_out(egress_port: int) -> bytes:
 
 
 def unpack_packet_out(data: bytes) -> int:
-    return _PACKET_OUT.unpack_from(data)[0]
+    return int(_PACKET_OUT.unpack_from(data)[0])

@@ -12,11 +12,12 @@ from controller import entities as ent
 from controller.app import switch_program
 from controller.routing import compute_routes
 from softswitch.egress import EgressQueue
-from softswitch.inband import REPORT_INTERVAL_S, REPORT_TRUNCATE_BYTES, IntPending
+from softswitch.inband import REPORT_INTERVAL_S, IntPending
 from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
 from topologies import leafspine
 from topologies.addressing import AddressPlan
+from wire.cpu import REPORT_TRUNCATE_BYTES
 from wire.intmd import DSCP_INT, FIXED_BYTES, HOP_BYTES, IntStack, dissect_int, int_length, parse
 from wire.p4info import P4Schema
 
