@@ -160,11 +160,15 @@ class Pipeline:
             key = self._unusual_key(frame, in_port)
             if key is None:
                 return None
-        result = self.flow_cache.get(key)
+        # The cache of the state as it is now: a write that lands during the walk below replaces
+        # self.flow_cache (invalidate), so this result goes into the old, discarded one and no
+        # later frame is forwarded by it.
+        cache = self.flow_cache
+        result = cache.get(key)
         if result is None:
-            if len(self.flow_cache) >= FLOW_CACHE_MAX:
-                self.flow_cache = {}
-            result = self.flow_cache[key] = self.walk_tables(in_port, key[1], key[2][:8], key[2][8:])
+            if len(cache) >= FLOW_CACHE_MAX:
+                cache.clear()
+            result = cache[key] = self.walk_tables(in_port, key[1], key[2][:8], key[2][8:])
         # In starnet.p4's order: TTL, then fault_inject, then ipv4_lpm.
         ttl = frame[22]
         if ttl <= 1:
