@@ -32,6 +32,8 @@ from wire.fidelity import FidelityWindows, watch_thread_lag
 log = logging.getLogger("hostagent")
 BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 LINE_RATE_BPS = 10e9
+EXPIRY_TICK_S = 0.05
+EXPIRY_FAILURE_LOGS = 5  # netlink errors logged in full; the rest counted
 
 
 class Agent:
@@ -47,6 +49,7 @@ class Agent:
         if self.record.tell() == 0:
             self.writer.writerow(["received", "applied", "dst", "rate_bps", "epoch", "apply_ms", "event"])
         self.applied = 0
+        self.expiry_failures = 0
 
     def set_mode(self, mode: str) -> None:
         # net.ipv4.tcp_ecn is per network namespace: 1 = request ECN, 2 = only accept it (Linux default).
@@ -72,19 +75,35 @@ class Agent:
         self.record.flush()
 
     def expire(self) -> None:
-        while not self.stopping.wait(0.05):
-            now = time.monotonic()
-            with self.lock:
-                for dst in [d for d, t in self.expiry.items() if t < now]:
+        """Return destinations whose advice ran out to line rate; a failing netlink call is logged
+        and retried on the next tick, and nothing ends this thread but stop()."""
+        while not self.stopping.wait(EXPIRY_TICK_S):
+            try:
+                self.expire_due(time.monotonic())
+            except Exception:  # noqa: BLE001 - the expiry thread must outlive any error
+                log.exception("%s: expiry failed; retrying", self.host)
+
+    def expire_due(self, now: float) -> None:
+        with self.lock:
+            for dst in [d for d, t in self.expiry.items() if t < now]:
+                try:
                     self.pacer.set_rate(dst, 0)
-                    del self.expiry[dst]
-                    self.writer.writerow([f"{time.time():.6f}", f"{time.time():.6f}", dst, 0, "", "", "expired"])
-                    log.info("%s: advice for %s expired: line rate", self.host, dst)
+                except (NetlinkError, OSError, ValueError, KeyError) as exc:
+                    self.expiry_failures += 1
+                    if self.expiry_failures <= EXPIRY_FAILURE_LOGS:
+                        log.error("%s: cannot return %s to line rate (retrying): %s", self.host, dst, exc)
+                    continue
+                del self.expiry[dst]
+                self.writer.writerow([f"{time.time():.6f}", f"{time.time():.6f}", dst, 0, "", "", "expired"])
+                log.info("%s: advice for %s expired: line rate", self.host, dst)
 
     def fall_back(self) -> None:
         with self.lock:
-            self.pacer.clear()
             self.expiry.clear()
+            try:
+                self.pacer.clear()
+            except (NetlinkError, OSError) as exc:
+                log.error("%s: cannot clear the pacer: %s", self.host, exc)
 
     def run(self) -> None:
         threading.Thread(target=self.expire, name="expiry", daemon=True).start()
