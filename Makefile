@@ -10,7 +10,7 @@ MODE ?= none
 SW ?= s1
 ELECTION ?= 0,1
 
-.PHONY: deps apt venv run test test-unit test-integration test-repeat fuzz clean p4 shell bench lint
+.PHONY: deps apt venv run test test-unit test-integration test-repeat fuzz clean p4 shell bench lint proto
 
 deps: apt venv
 
@@ -64,6 +64,10 @@ bench: deps
 
 lint: deps
 	$(VENV)/bin/ruff check .
+
+# The advice API's generated code, committed beside wire/advice.proto (a unit test checks it matches).
+proto: deps
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. wire/advice.proto
 
 clean:
 	@if [ -x $(PY) ]; then $(PY) -m testbed clean; else echo "nothing to clean (no venv)"; fi

@@ -23,13 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controller.proto import advice_pb2 as pb  # noqa: E402
-from controller.proto import advice_pb2_grpc as pb_grpc  # noqa: E402
 from controller.service import channel  # noqa: E402
 from testbed.fidelity import read_records  # noqa: E402
 from testbed.incast import SENDERS, IncastResult, pacing_cleared, run_incast  # noqa: E402
 from testbed.net import Testbed  # noqa: E402
 from topologies import leafspine  # noqa: E402
+from wire import advice_pb2 as pb  # noqa: E402
+from wire import advice_pb2_grpc as pb_grpc  # noqa: E402
 from wire.fidelity import DEFAULT_TOLERANCE_MS  # noqa: E402
 
 P99_GOAL, RUNS_GOAL = 5, 0.9

@@ -1,4 +1,4 @@
-"""The controller's gRPC API (controller/proto/advice.proto) on a Unix socket in the run directory."""
+"""The controller's gRPC API (wire/advice.proto) on a Unix socket in the run directory."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import grpc
 
 from controller.advice import AdviceError, AdviceLoop
-from controller.proto import advice_pb2 as pb
-from controller.proto import advice_pb2_grpc as pb_grpc
 from controller.telemetry import Collector
+from wire import advice_pb2 as pb
+from wire import advice_pb2_grpc as pb_grpc
 
 SOCKET_NAME = "controller.sock"
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import grpc
 from pyroute2.netlink.exceptions import NetlinkError
 
-from controller.proto import advice_pb2 as pb
-from controller.proto import advice_pb2_grpc as pb_grpc
 from hostagent.pacer import HtbPacer
+from wire import advice_pb2 as pb
+from wire import advice_pb2_grpc as pb_grpc
 from wire.fidelity import FidelityWindows, watch_thread_lag
 
 log = logging.getLogger("hostagent")

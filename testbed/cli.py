@@ -98,15 +98,15 @@ class StarNetCLI(CLI):
                               f"  ({f.age_s:.1f} s ago)\n")
 
     def _stub(self):
-        from controller.proto import advice_pb2_grpc as pb_grpc
         from controller.service import channel
+        from wire import advice_pb2_grpc as pb_grpc
 
         ch = channel(self.tb.run_dir)
         return ch, pb_grpc.AdviceStub(ch)
 
     def do_advice(self, line: str) -> None:
         """advice [host]: the rate advice in force (per source host and destination) and the mode."""
-        from controller.proto import advice_pb2 as pb
+        from wire import advice_pb2 as pb
 
         host = line.strip()
         try:
@@ -131,7 +131,7 @@ class StarNetCLI(CLI):
 
     def do_mode(self, line: str) -> None:
         """mode [none|ecn|advice]: show or switch the control mode of the running testbed."""
-        from controller.proto import advice_pb2 as pb
+        from wire import advice_pb2 as pb
 
         mode = line.strip()
         try:

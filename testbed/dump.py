@@ -12,11 +12,11 @@ from pathlib import Path
 import grpc
 from google.protobuf import text_format
 
-from controller.proto import advice_pb2 as pb
-from controller.proto import advice_pb2_grpc as pb_grpc
 from controller.service import channel as controller_channel
 from controller.service import get_state
 from testbed import p4read
+from wire import advice_pb2 as pb
+from wire import advice_pb2_grpc as pb_grpc
 from wire.p4info import P4Schema
 from wire.proto import p4r
 

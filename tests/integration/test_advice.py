@@ -12,14 +12,14 @@ import csv
 
 import pytest
 
-from controller.proto import advice_pb2 as pb
-from controller.proto import advice_pb2_grpc as pb_grpc
 from controller.service import channel
 from testbed.incast import RECEIVER, measure_faithfully, pacing_cleared, run_incast
 from testbed.net import Testbed
 from testbed.traffic import start_iperf3_server
 from tests.integration.helpers import wait_until
 from topologies import leafspine
+from wire import advice_pb2 as pb
+from wire import advice_pb2_grpc as pb_grpc
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 

@@ -9,12 +9,12 @@ import grpc
 import pytest
 
 from controller.advice import AdviceLoop
-from controller.proto import advice_pb2 as pb
-from controller.proto import advice_pb2_grpc as pb_grpc
 from controller.service import start_server
 from controller.telemetry import Collector, FlowPath
 from topologies import leafspine
 from topologies.addressing import AddressPlan
+from wire import advice_pb2 as pb
+from wire import advice_pb2_grpc as pb_grpc
 
 
 def run(coro):

@@ -8,9 +8,9 @@ import time
 
 from pyroute2.netlink.exceptions import NetlinkError
 
-from controller.proto import advice_pb2 as pb
 from hostagent.__main__ import Agent
 from tests.checks import wait_until
+from wire import advice_pb2 as pb
 
 
 class FakePacer:

@@ -61,3 +61,17 @@ def test_a_changed_value_in_the_program_is_caught(tmp_path):
     headers.write_text(text.replace("const bit<32> REPORT_SESSION = 500;", "const bit<32> REPORT_SESSION = 501;"))
     assert differences(parse_program(copy / "starnet.p4")) == ["REPORT_SESSION: 501 in starnet.p4, 500 in wire/"]
 
+
+
+def test_the_committed_advice_code_is_what_advice_proto_generates(tmp_path):
+    """wire/advice_pb2*.py(i) are committed (no generation at import, sys.path untouched): they must
+    be what `make proto` makes from wire/advice.proto with the pinned grpcio-tools."""
+    from grpc_tools import protoc
+
+    (tmp_path / "wire").mkdir()
+    shutil.copy(ROOT / "wire" / "advice.proto", tmp_path / "wire" / "advice.proto")
+    assert protoc.main(["protoc", f"-I{tmp_path}", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
+                        f"--grpc_python_out={tmp_path}", str(tmp_path / "wire" / "advice.proto")]) == 0
+    for name in ("advice_pb2.py", "advice_pb2.pyi", "advice_pb2_grpc.py"):
+        assert (tmp_path / "wire" / name).read_text() == (ROOT / "wire" / name).read_text(), \
+            f"wire/{name} is stale: run `make proto`"
