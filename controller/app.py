@@ -13,80 +13,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from controller import entities as ent
+import grpc
+
 from controller.advice import MODES, AdviceLoop
 from controller.advisor import AdvisorParams
 from controller.p4rt_client import SwitchError, SwitchSession
-from controller.routing import compute_routes, port_configs
+from controller.program import INT_SAMPLE_LOG2, switch_program
+from controller.routing import compute_routes
 from controller.service import start_server
 from controller.telemetry import Collector
 from topologies.addressing import AddressPlan
-from topologies.spec import Topology, load_topology
-from wire.cpu import CPU_PORT, REASON_INT_REPORT, REPORT_SESSION, ROLE_HOST
+from topologies.spec import load_topology
+from wire.cpu import REASON_INT_REPORT, REASON_PROBE
 from wire.fidelity import FidelityWindows, watch_loop_lag
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 from wire.proto import p4r
 
 log = logging.getLogger("controller")
 
-SELECTOR = "StarIngress.ecmp_selector"
-INT_SAMPLE_LOG2 = 3  # default: INT on 1 in 8 packets of every host TCP/UDP flow
-
-
-def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: str,
-                   routes, int_sample_log2: int | None = INT_SAMPLE_LOG2) -> list[p4r.Update]:
-    """All updates that program `switch` from scratch, in dependency order."""
-    updates: list[p4r.Update] = [
-        ent.modify(ent.default_entry(schema, "StarEgress.int_node",
-                                     ent.action(schema, "StarEgress.set_node_id", id=plan.switches[switch].device_id))),
-        ent.insert(ent.clone_session(REPORT_SESSION, CPU_PORT)),  # starnet.p4 truncates the reports
-    ]
-    for proto in (6, 17) if int_sample_log2 is not None else ():
-        updates.append(ent.insert(ent.table_entry(
-            schema, "StarIngress.int_source", {"hdr.ipv4.protocol": (proto, 0xFF)},
-            action_call=ent.action(schema, "StarIngress.int_watch", sample_log2=int_sample_log2), priority=1)))
-    for pc in port_configs(topo, switch):
-        if pc.role == ROLE_HOST:
-            updates.append(ent.insert(ent.table_entry(
-                schema, "StarIngress.int_sink", {"standard_metadata.egress_spec": pc.port},
-                action_call=ent.action(schema, "StarIngress.set_int_sink"))))
-        updates.append(ent.insert(ent.table_entry(
-            schema, "StarIngress.port_role", {"standard_metadata.ingress_port": pc.port},
-            action_call=ent.action(schema, "StarIngress.set_port_role", role=pc.role))))
-        updates.append(ent.insert(ent.table_entry(
-            schema, "StarEgress.port_config", {"standard_metadata.egress_port": pc.port},
-            action_call=ent.action(schema, "StarEgress.set_port_config",
-                                   capacity_mbps=int(round(pc.capacity_mbps)),
-                                   ecn_threshold_pkts=pc.ecn_threshold_pkts))))
-    members: dict[tuple, int] = {}
-    groups: dict[tuple, int] = {}
-    tail: list[p4r.Update] = []
-    for route in routes:
-        for hop in route.next_hops:
-            if hop not in members:
-                members[hop] = len(members) + 1
-                updates.append(ent.insert(ent.member(
-                    schema, SELECTOR, members[hop],
-                    ent.action(schema, "StarIngress.set_nhop", port=hop.port, smac=hop.smac, dmac=hop.dmac))))
-        match = {"hdr.ipv4.dst_addr": (route.prefix, route.prefix_len)}
-        if len(route.next_hops) == 1:
-            tail.append(ent.insert(ent.table_entry(schema, "StarIngress.ipv4_lpm", match,
-                                                   member_id=members[route.next_hops[0]])))
-            continue
-        if route.next_hops not in groups:
-            groups[route.next_hops] = len(groups) + 1
-            updates.append(ent.insert(ent.group(
-                schema, SELECTOR, groups[route.next_hops],
-                [(members[h], h.port) for h in route.next_hops])))
-        tail.append(ent.insert(ent.table_entry(schema, "StarIngress.ipv4_lpm", match,
-                                               group_id=groups[route.next_hops])))
-    return updates + tail
+RECONNECT_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 
 class Controller:
@@ -143,35 +96,56 @@ class Controller:
             log.info("%s programmed: %d updates", name, count)
         (self.run_dir / "controller.ready").write_text(json.dumps(dict(zip(names, counts, strict=True))))
 
+    def _packet_in_handlers(self) -> dict[int, Callable[[str, p4r.PacketIn], None]]:
+        """PacketIn dispatch by packet_in.reason (wire/cpu.py): one table, one place to add a reason."""
+        return {REASON_INT_REPORT: lambda name, packet: self.collector.feed(packet.payload),
+                REASON_PROBE: lambda name, packet: log.debug("%s: probe from port %s", name,
+                                                             self.sessions[name].packet_in_fields(packet))}
+
     async def _watch(self, name: str) -> None:
-        """Drain PacketIns; reconnect and reprogram the switch if its session drops."""
+        """Dispatch the switch's PacketIns; when its session is lost, reconnect and reprogram."""
+        handlers = self._packet_in_handlers()
         while not self.stopping.is_set():
             session = self.sessions[name]
             try:
                 packet = await asyncio.wait_for(session.packet_ins.get(), 0.5)
-                self.packet_ins += 1
-                fields = session.packet_in_fields(packet)
-                if fields.get("reason") == REASON_INT_REPORT:
-                    self.collector.feed(packet.payload)
-                else:
-                    log.debug("%s packet-in %s", name, fields)
-                continue
             except asyncio.TimeoutError:
-                pass
-            if session.is_primary.is_set():
+                if not session.is_primary.is_set():
+                    await self._reconnect(name)
                 continue
-            log.warning("%s: session lost, reconnecting", name)
-            await session.close()
+            self.packet_ins += 1
+            reason = session.packet_in_fields(packet).get("reason", 0)
+            handler = handlers.get(reason)
+            if handler is None:
+                log.debug("%s: packet-in with reason %d ignored", name, reason)
+                continue
+            try:
+                handler(name, packet)
+            except Exception:  # noqa: BLE001 - one bad packet-in must not end the switch's watcher
+                log.exception("%s: packet-in (reason %d) handler failed", name, reason)
+
+    async def _reconnect(self, name: str) -> None:
+        """A fresh session, the pipeline pushed and the switch reprogrammed; retried with backoff
+        until it works or the controller stops. Expected failures are logged in a line, anything
+        else with its traceback."""
+        log.warning("%s: session lost, reconnecting", name)
+        await self.sessions[name].close()
+        for attempt in itertools.count():
+            if self.stopping.is_set():
+                return
             fresh = self._session(name)
+            self.sessions[name] = fresh
             try:
                 await fresh.connect(timeout_s=2.0)
                 await self.program(fresh, compute_routes(self.topo, self.plan)[name])
-                self.sessions[name] = fresh
                 log.info("%s: reconnected and reprogrammed", name)
-            except (SwitchError, Exception) as exc:  # keep trying while the testbed is up
-                log.warning("%s: reconnect failed: %s", name, exc)
-                self.sessions[name] = fresh
-                await asyncio.sleep(1.0)
+                return
+            except (SwitchError, grpc.aio.AioRpcError, OSError) as exc:
+                log.warning("%s: reconnect attempt %d failed: %s", name, attempt + 1, exc)
+            except Exception:  # noqa: BLE001 - a bug here must not end the watcher either; it is logged in full
+                log.exception("%s: reconnect attempt %d failed", name, attempt + 1)
+            await fresh.close()
+            await asyncio.sleep(RECONNECT_BACKOFF_S[min(attempt, len(RECONNECT_BACKOFF_S) - 1)])
 
     async def _age_telemetry(self) -> None:
         while not self.stopping.is_set():

@@ -13,7 +13,7 @@ import grpc
 from google.protobuf import text_format
 
 from wire.p4info import P4Schema, decode_value, encode_value
-from wire.proto import p4r, p4r_grpc
+from wire.proto import p4r, p4r_grpc, rpc_status
 
 log = logging.getLogger("controller.p4rt")
 
@@ -22,8 +22,43 @@ NOT_FOUND = 5  # google.rpc.Code: an arbitration notification while there is no 
 PACKET_IN_QUEUE = 10000
 
 
+_CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
 class SwitchError(RuntimeError):
     pass
+
+
+def update_errors(exc: grpc.RpcError) -> list[p4r.Error]:
+    """The per-update p4.v1.Error list a failed Write carries in its status details (spec, "Write
+    RPC"); empty when the server sent none."""
+    trailers = exc.trailing_metadata() or ()
+    for key, value in trailers:
+        if key == "grpc-status-details-bin":
+            status = rpc_status.Status.FromString(value)
+            errors = []
+            for detail in status.details:
+                error = p4r.Error()
+                if detail.Unpack(error):
+                    errors.append(error)
+            return errors
+    return []
+
+
+def failed_updates(exc: grpc.RpcError, updates: Sequence[p4r.Update], offset: int = 0) -> str:
+    """'; update 12 (INSERT table_entry): INVALID_ARGUMENT: ...' for the first failing update of a
+    batch (its index in the whole write), and how many failed; '' when the server gave no details."""
+    errors = update_errors(exc)
+    failed = [(i, e) for i, e in enumerate(errors) if e.canonical_code != 0]
+    if not failed:
+        return ""
+    index, error = failed[0]
+    update = updates[index] if index < len(updates) else None
+    what = (f"{p4r.Update.Type.Name(update.type)} {update.entity.WhichOneof('entity')}" if update is not None
+            else "?")
+    code = _CODE_NAMES.get(error.canonical_code, str(error.canonical_code))
+    return (f"; update {offset + index} ({what}): {code}: {error.message}"
+            f" ({len(failed)} of {len(updates)} in the batch failed)")
 
 
 class SwitchSession:
@@ -140,7 +175,8 @@ class SwitchSession:
             try:
                 await self._stub.Write(request)
             except grpc.aio.AioRpcError as exc:
-                raise SwitchError(f"switch {self.name}: write failed: {exc.code().name}: {exc.details()}") from None
+                raise SwitchError(f"switch {self.name}: write failed: {exc.code().name}: {exc.details()}"
+                                  f"{failed_updates(exc, request.updates, start)}") from None
 
     async def read(self, entities: Sequence[p4r.Entity]) -> list[p4r.Entity]:
         assert self._stub is not None

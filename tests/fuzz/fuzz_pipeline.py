@@ -25,7 +25,7 @@ with atheris.instrument_imports(include=["softswitch", "wire", "controller.telem
     from wire.p4info import P4Schema
 
 # Not fuzzed, imported after the targets so that those are instrumented.
-from controller.app import switch_program  # noqa: E402
+from controller.program import switch_program  # noqa: E402
 from controller.routing import compute_routes  # noqa: E402
 from topologies import leafspine  # noqa: E402
 from topologies.addressing import AddressPlan  # noqa: E402

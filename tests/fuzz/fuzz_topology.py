@@ -21,7 +21,7 @@ with atheris.instrument_imports(include=["topologies", "controller.routing"]):
     from topologies.spec import TopologyError, parse_topology
 
 # Not fuzzed, imported after the targets so that those are instrumented.
-from controller.app import switch_program  # noqa: E402
+from controller.program import switch_program  # noqa: E402
 from wire.p4info import P4Schema  # noqa: E402
 
 SCHEMA = P4Schema.load()

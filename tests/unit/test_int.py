@@ -9,7 +9,7 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
 from controller import entities as ent
-from controller.app import switch_program
+from controller.program import switch_program
 from controller.routing import compute_routes
 from softswitch.egress import EgressQueue
 from softswitch.inband import REPORT_INTERVAL_S, IntPending

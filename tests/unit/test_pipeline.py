@@ -6,7 +6,7 @@ import pytest
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from controller.app import switch_program
+from controller.program import switch_program
 from controller.routing import compute_routes, port_configs
 from softswitch.egress import EgressQueue
 from softswitch.pipeline import Pipeline, mark_ce
