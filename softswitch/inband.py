@@ -11,16 +11,24 @@ lengths, so the destination receives the bytes that were sent.
 
 from __future__ import annotations
 
-import struct
 import time
 import zlib
 from collections.abc import Callable
 
 from wire.cpu import REASON_INT_REPORT, REPORT_FLOW_SLOTS, REPORT_INTERVAL_US
-from wire.intmd import DSCP_INT, FIXED_BYTES, HOP_BYTES, HOP_STRUCT, HOP_WORDS, UNKNOWN32, IntStack
+from wire.intmd import (
+    DS_FLAG_CONGESTED,
+    HOP_BYTES,
+    HOP_STRUCT,
+    MD_DS_FLAGS,
+    SHIM_BYTES,
+    SHIM_LEN,
+    UNKNOWN32,
+    push_hop,
+    strip,
+)
 
 _HOP = HOP_STRUCT
-_WORDS20 = struct.Struct("!10H")
 
 REPORT_INTERVAL_S = REPORT_INTERVAL_US / 1e6
 
@@ -43,83 +51,12 @@ class IntPending:
     def __len__(self) -> int:
         # Bytes on the wire as the token bucket should see them.
         if self.sink:
-            return len(self.frame) - 4 - 4 * self.frame[self.int_off + 1]
+            return len(self.frame) - SHIM_BYTES - 4 * self.frame[self.int_off + SHIM_LEN]
         return len(self.frame) + HOP_BYTES
-
-
-def ipv4_checksum(frame: bytearray) -> None:
-    """Recompute the IPv4 header checksum of an Ethernet frame (20-byte header) in place."""
-    frame[24] = frame[25] = 0
-    total = sum(_WORDS20.unpack_from(frame, 14))
-    total = (total & 0xFFFF) + (total >> 16)
-    total = (total & 0xFFFF) + (total >> 16)
-    check = ~total & 0xFFFF
-    frame[24], frame[25] = check >> 8, check & 0xFF
-
-
-def _set_word(frame: bytearray, offset: int, new: int) -> None:
-    """Write the 16-bit word at `offset` of the IPv4 header, updating its checksum (RFC 1624)."""
-    old = (frame[offset] << 8) | frame[offset + 1]
-    check = (~((frame[24] << 8) | frame[25]) & 0xFFFF) + (~old & 0xFFFF) + new
-    check = (check & 0xFFFF) + (check >> 16)
-    check = ~((check & 0xFFFF) + (check >> 16)) & 0xFFFF
-    frame[offset], frame[offset + 1] = new >> 8, new & 0xFF
-    frame[24], frame[25] = check >> 8, check & 0xFF
-
-
-def _grow_lengths(frame: bytearray, delta: int) -> None:
-    _set_word(frame, 16, (((frame[16] << 8) | frame[17]) + delta) & 0xFFFF)
-    if frame[23] == 17:
-        udp_len = ((frame[38] << 8) | frame[39]) + delta
-        frame[38], frame[39] = (udp_len >> 8) & 0xFF, udp_len & 0xFF
-
-
-def _set_tos(frame: bytearray, tos: int) -> None:
-    _set_word(frame, 14, (frame[14] << 8) | tos)
 
 
 def flow_slot(addrs_ports: bytes, proto: int) -> int:
     return zlib.crc32(addrs_ports + bytes((proto,))) % REPORT_FLOW_SLOTS
-
-
-_SOURCE_BLOCK = IntStack(orig_dscp=0).pack()
-
-
-def insert_source_header(frame: bytearray, int_off: int) -> bytearray:
-    """Shim + MD header (no hops yet) after the L4 header; DSCP := INT, original DSCP in the shim."""
-    dscp = frame[15] >> 2
-    out = frame[:int_off] + _SOURCE_BLOCK + frame[int_off:]
-    out[int_off + 3] = dscp
-    _set_tos(out, (DSCP_INT << 2) | (frame[15] & 3))
-    _grow_lengths(out, FIXED_BYTES)
-    return out
-
-
-def push_hop(frame: bytearray, int_off: int, hop: bytes, congested: bool) -> bytearray:
-    """Put `hop` in front of the stack, or set E when no hop budget remains; flag congestion."""
-    remaining = frame[int_off + 7]
-    if remaining == 0:
-        out = frame
-        out[int_off + 4] |= 0x04  # E: a hop could not push its metadata
-    else:
-        at = int_off + FIXED_BYTES
-        out = frame[:at] + hop + frame[at:]
-        out[int_off + 1] += HOP_WORDS
-        out[int_off + 7] = remaining - 1
-        _grow_lengths(out, HOP_BYTES)
-    if congested:
-        out[int_off + 14] |= 0x80  # DS flags bit 0 (MSB)
-    return out
-
-
-def strip(frame: bytearray, int_off: int) -> bytearray:
-    """Remove the INT block; restore the original DSCP (ECN bits as they are now) and lengths."""
-    length = 4 + 4 * frame[int_off + 1]
-    dscp = frame[int_off + 3] & 0x3F
-    out = frame[:int_off] + frame[int_off + length:]
-    _set_tos(out, (dscp << 2) | (frame[15] & 3))
-    _grow_lengths(out, -length)
-    return out
 
 
 class IntEngine:
@@ -161,7 +98,7 @@ class IntEngine:
     def _report(self, frame: bytearray, item: IntPending, now: float) -> None:
         if self.report_bytes is None or self.to_cpu is None:
             return
-        congested = bool(frame[item.int_off + 14] & 0x80)
+        congested = bool(frame[item.int_off + MD_DS_FLAGS] & DS_FLAG_CONGESTED >> 8)
         if not congested and now - self.last_report[item.flow_slot] < REPORT_INTERVAL_S:
             self.rate_limited += 1
             return

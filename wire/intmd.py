@@ -152,6 +152,90 @@ def l4_header_length(frame: bytes, l4: int, proto: int) -> int:
     return length
 
 
+# ---- editing INT in a frame ----------------------------------------------------------------------
+# Byte offsets from the start of the shim, and the helpers the soft switch pushes and strips INT
+# with (Ethernet + a 20-byte IPv4 header; int_off = where the shim starts).
+SHIM_LEN = 1          # shim: length of MD header + hops in 4-byte words
+SHIM_ORIG_DSCP = 3    # shim: the original DSCP (low 6 bits)
+MD_FLAGS = 4          # MD: version (high nibble), D, E, M
+MD_FLAG_E = 0x04      # E: a hop had no budget left to push its metadata
+MD_REMAINING = 7      # MD: remaining hop count
+MD_DS_FLAGS = 14      # MD: high byte of the domain-specific flags (DS_FLAG_CONGESTED is its MSB)
+_WORDS20 = struct.Struct("!10H")
+
+
+def ipv4_checksum(frame: bytearray) -> None:
+    """Recompute the IPv4 header checksum of an Ethernet frame (20-byte header) in place."""
+    frame[24] = frame[25] = 0
+    total = sum(_WORDS20.unpack_from(frame, 14))
+    total = (total & 0xFFFF) + (total >> 16)
+    total = (total & 0xFFFF) + (total >> 16)
+    check = ~total & 0xFFFF
+    frame[24], frame[25] = check >> 8, check & 0xFF
+
+
+def set_ipv4_word(frame: bytearray, offset: int, new: int) -> None:
+    """Write the 16-bit word at frame offset `offset` (inside the IPv4 header of an Ethernet frame)
+    and update the header checksum incrementally (RFC 1624, eqn. 3): the one such function."""
+    old = (frame[offset] << 8) | frame[offset + 1]
+    check = (~((frame[24] << 8) | frame[25]) & 0xFFFF) + (~old & 0xFFFF) + new
+    check = (check & 0xFFFF) + (check >> 16)
+    check = ~((check & 0xFFFF) + (check >> 16)) & 0xFFFF
+    frame[offset], frame[offset + 1] = new >> 8, new & 0xFF
+    frame[24], frame[25] = check >> 8, check & 0xFF
+
+
+def grow_lengths(frame: bytearray, delta: int) -> None:
+    set_ipv4_word(frame, 16, (((frame[16] << 8) | frame[17]) + delta) & 0xFFFF)
+    if frame[23] == 17:
+        udp_len = ((frame[38] << 8) | frame[39]) + delta
+        frame[38], frame[39] = (udp_len >> 8) & 0xFF, udp_len & 0xFF
+
+
+def set_tos(frame: bytearray, tos: int) -> None:
+    set_ipv4_word(frame, 14, (frame[14] << 8) | tos)
+
+
+_SOURCE_BLOCK = IntStack(orig_dscp=0).pack()
+
+
+def insert_source_header(frame: bytearray, int_off: int) -> bytearray:
+    """Shim + MD header (no hops yet) after the L4 header; DSCP := INT, original DSCP in the shim."""
+    dscp = frame[15] >> 2
+    out = frame[:int_off] + _SOURCE_BLOCK + frame[int_off:]
+    out[int_off + SHIM_ORIG_DSCP] = dscp
+    set_tos(out, (DSCP_INT << 2) | (frame[15] & 3))
+    grow_lengths(out, FIXED_BYTES)
+    return out
+
+
+def push_hop(frame: bytearray, int_off: int, hop: bytes, congested: bool) -> bytearray:
+    """Put `hop` in front of the stack, or set E when no hop budget remains; flag congestion."""
+    remaining = frame[int_off + MD_REMAINING]
+    if remaining == 0:
+        out = frame
+        out[int_off + MD_FLAGS] |= MD_FLAG_E
+    else:
+        at = int_off + FIXED_BYTES
+        out = frame[:at] + hop + frame[at:]
+        out[int_off + SHIM_LEN] += HOP_WORDS
+        out[int_off + MD_REMAINING] = remaining - 1
+        grow_lengths(out, HOP_BYTES)
+    if congested:
+        out[int_off + MD_DS_FLAGS] |= DS_FLAG_CONGESTED >> 8
+    return out
+
+
+def strip(frame: bytearray, int_off: int) -> bytearray:
+    """Remove the INT block; restore the original DSCP (ECN bits as they are now) and lengths."""
+    length = SHIM_BYTES + 4 * frame[int_off + SHIM_LEN]
+    dscp = frame[int_off + SHIM_ORIG_DSCP] & 0x3F
+    out = frame[:int_off] + frame[int_off + length:]
+    set_tos(out, (dscp << 2) | (frame[15] & 3))
+    grow_lengths(out, -length)
+    return out
+
+
 # ---- scapy layers: pkt.show() explains INT bytes ------------------------------------------------
 class IntHopLayer(Packet):
     name = "INT hop"
