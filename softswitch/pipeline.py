@@ -33,6 +33,12 @@ PORT_RX = "StarIngress.port_rx"
 PORT_TX = "StarEgress.port_tx"
 FAULT_DROPS = "StarIngress.fault_drops"
 MALFORMED = "StarIngress.malformed"
+SET_NHOP = "StarIngress.set_nhop"
+INT_WATCH = "StarIngress.int_watch"
+FAULT_DROP = "StarIngress.fault_drop"
+FAULT_DROP_PROB = "StarIngress.fault_drop_prob"
+SET_PORT_CONFIG = "StarEgress.set_port_config"
+SET_NODE_ID = "StarEgress.set_node_id"
 
 _PROBE = ETHERTYPE_PROBE.to_bytes(2, "big")
 
@@ -106,6 +112,10 @@ class Pipeline:
     def _state_changed(self) -> None:
         """Resolve the program's objects by name (a clear() replaces them) and drop the flow cache."""
         state = self.state
+        # Action ids resolved once per state, so a cache miss compares integers, not names.
+        ids = state.schema.id_of
+        self.set_nhop_id, self.int_watch_id = ids(SET_NHOP), ids(INT_WATCH)
+        self.fault_drop_id, self.fault_drop_prob_id = ids(FAULT_DROP), ids(FAULT_DROP_PROB)
         self.ipv4_lpm = state.table_by_name(IPV4_LPM)
         self.port_role = state.table_by_name(PORT_ROLE)
         self.fault_inject = state.table_by_name(FAULT_INJECT)
@@ -124,13 +134,13 @@ class Pipeline:
         self.int_source = state.table_by_name(INT_SOURCE)
         self.int_sink = state.table_by_name(INT_SINK)
         port_configs = {values[0]: entry.action.args for values, entry in self.port_config.exact_index.items()
-                        if entry.action is not None and entry.action.name.endswith(".set_port_config")}
+                        if entry.action is not None and entry.action.action_id == ids(SET_PORT_CONFIG)}
         self.ecn_thresholds = {port: args[1] for port, args in port_configs.items()}
         engine = self.int_engine
         engine.ecn_thresholds = self.ecn_thresholds
         engine.capacity_mbps = {port: args[0] for port, args in port_configs.items()}
         node = state.table_by_name(INT_NODE).default_action
-        engine.node_id = node.args[0] if node.name.endswith(".set_node_id") else 0
+        engine.node_id = node.args[0] if node.action_id == ids(SET_NODE_ID) else 0
         session = state.clone_sessions.get(REPORT_SESSION)
         if session is None:
             engine.report_bytes = None
@@ -275,9 +285,9 @@ class Pipeline:
         drop_prob = 0.0
         fault = self.fault_inject.lookup((in_port, src, dst))
         if fault is not None and fault.action is not None:
-            if fault.action.name.endswith(".fault_drop"):
+            if fault.action.action_id == self.fault_drop_id:
                 return DROPPED, "fault", 0.0, -1, False
-            if fault.action.name.endswith(".fault_drop_prob"):
+            if fault.action.action_id == self.fault_drop_prob_id:
                 drop_prob = fault.action.args[0] / 65536.0
         entry = self.ipv4_lpm.lookup((dst,))
         if entry is None:
@@ -288,7 +298,7 @@ class Pipeline:
             action = self._select(entry.member_id, entry.group_id, (src, dst, proto, sport, dport))
             if action is None:
                 return DROPPED, "no_live_member", drop_prob, -1, False
-        if not action.name.endswith(".set_nhop"):
+        if action.action_id != self.set_nhop_id:
             return DROPPED, "no_route", drop_prob, -1, False
         port, smac, dmac = action.args
         sample_log2 = -1
@@ -296,7 +306,7 @@ class Pipeline:
             role = self.port_role.lookup((in_port,))
             if role is not None and role.action is not None and role.action.args[0] == ROLE_HOST:
                 watch = self.int_source.lookup((src, dst, proto, sport, dport))
-                if watch is not None and watch.action is not None and watch.action.name.endswith(".int_watch"):
+                if watch is not None and watch.action is not None and watch.action.action_id == self.int_watch_id:
                     sample_log2 = min(16, watch.action.args[0])
         sink_entry = self.int_sink.lookup((port,))
         sink = sink_entry is not None and sink_entry.action is not None
