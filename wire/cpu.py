@@ -1,7 +1,7 @@
 """The CPU port and what crosses it, as starnet.p4 declares it (p4src/include/headers.p4):
 the CPU port number, packet-in reasons, the INT report clone session and its truncation, the
 controller's probe EtherType and the port roles the controller writes into port_role.
-tests/unit/test_wire_contract.py checks every number here against the P4 source.
+tests/unit/wire/test_contract.py checks every number here against the P4 source.
 
 packet_in {ingress_port:16, reason:8, pad:8}, packet_out {egress_port:16, pad:16}: on the
 P4Runtime stream these travel as PacketMetadata (ids from the P4Info); between BMv2's data plane

@@ -32,7 +32,7 @@ def one_input(data: bytes) -> None:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return  # load_topology answers non-UTF-8 files before the parser (tests/unit/test_topologies.py)
+        return  # load_topology answers non-UTF-8 files before the parser (tests/unit/topologies/test_spec.py)
     try:
         topo = parse_topology(text, "fuzz.yaml")
         if len(topo.switches) + len(topo.hosts) > MAX_NODES:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-SPEC = importlib.util.spec_from_file_location("test_repeat", Path(__file__).parents[2] / "tools" / "test_repeat.py")
+SPEC = importlib.util.spec_from_file_location("test_repeat", Path(__file__).parents[3] / "tools" / "test_repeat.py")
 test_repeat = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(test_repeat)
 

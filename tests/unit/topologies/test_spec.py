@@ -94,7 +94,7 @@ def test_topology_by_name_arguments():
 def test_shipped_example_topology_loads():
     from pathlib import Path
 
-    topo = topology_by_name(str(Path(__file__).parents[2] / "topologies/examples/mixed-capacity.yaml"))
+    topo = topology_by_name(str(Path(__file__).parents[3] / "topologies/examples/mixed-capacity.yaml"))
     assert topo.name == "mixed-capacity"
     assert (len(topo.switches), len(topo.hosts), len(topo.links)) == (4, 4, 8)
     fast = [link for link in topo.links if {link.a, link.b} == {"s3", "s1"}][0]

@@ -10,7 +10,7 @@ from pathlib import Path
 from wire import cpu, drops, intmd
 from wire.p4source import Program, parse_program
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PROGRAM = ROOT / "p4src" / "starnet.p4"
 
 # starnet.p4 constant → the value wire/ gives it.

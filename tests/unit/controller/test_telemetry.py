@@ -6,7 +6,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from controller.telemetry import Collector, decode_report
-from tests.unit.test_int import Fabric, frame_from
+from tests.unit.softswitch.test_inband import Fabric, frame_from
 from wire.intmd import DSCP_INT, Hop, IntStack
 
 

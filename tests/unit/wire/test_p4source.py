@@ -11,7 +11,7 @@ from wire.drops import DROP_REASONS
 from wire.p4info import DEFAULT_P4INFO, P4Schema, load_p4info
 from wire.p4source import compare, parse_program
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PROGRAM = ROOT / "p4src" / "starnet.p4"
 GENERATED = ROOT / "build" / "starnet.p4info.txtpb"
 
