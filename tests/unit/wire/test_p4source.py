@@ -51,6 +51,22 @@ def test_p4c_generated_p4info_matches_the_program(program):
     assert compare(program, load_p4info(GENERATED)) == []
 
 
+def _ids(info) -> dict[str, int]:
+    """name → id of every object with a preamble, by kind."""
+    found = {}
+    for kind in ("tables", "actions", "action_profiles", "counters", "registers", "controller_packet_metadata"):
+        for item in getattr(info, kind):
+            found[f"{kind} {item.preamble.name}"] = item.preamble.id
+    return found
+
+
+@pytest.mark.skipif(not GENERATED.exists(), reason="no p4c output: build/starnet.p4info.txtpb appears after `make p4`")
+def test_p4c_assigns_the_committed_ids():
+    """The committed P4Info is p4c's, ids included, so a P4Runtime client sees one program on
+    either target (the soft switch serves the committed file, BMv2 p4c's)."""
+    assert _ids(load_p4info(GENERATED)) == _ids(load_p4info())
+
+
 def test_renamed_match_field_in_p4info_is_caught(program):
     info = load_p4info()
     table = [t for t in info.tables if t.preamble.name == "StarIngress.ipv4_lpm"][0]
