@@ -18,6 +18,9 @@ soft switch is measured again: the cost of INT.
 The fidelity monitor's cost: the soft switch is measured with its monitor (the default, kernel
 receive timestamps and lateness per window) and again started with --no-fidelity.
 
+With BMv2 and p4c on PATH (or --bmv2 yes), simple_switch_grpc is measured on the same veths in
+the same run, programmed with the same entries from p4c's output of starnet.p4.
+
 Sizes are Ethernet frames without FCS: 60 is the 64 B minimum frame, 1514 a 1500 B IP packet.
 """
 
@@ -49,7 +52,7 @@ from testbed.rundir import (  # noqa: E402
     record_netns,
     record_pid,
 )
-from testbed.switchproc import SoftSwitchProcess  # noqa: E402
+from testbed.switchproc import Bmv2SwitchProcess, SoftSwitchProcess, bmv2_missing, compile_p4  # noqa: E402
 from wire.cpu import CPU_PORT, REPORT_SESSION  # noqa: E402
 from wire.p4info import P4Schema  # noqa: E402
 
@@ -75,6 +78,13 @@ def sh(*args: str, ns: str | None = None) -> str:
 
 class PinnedSoftSwitch(SoftSwitchProcess):
     """The testbed's soft switch process, on a core of its own."""
+
+    def command(self) -> list[str]:
+        return ["taskset", "-c", str(SWITCH_CPU), *super().command()]
+
+
+class PinnedBmv2(Bmv2SwitchProcess):
+    """simple_switch_grpc as the testbed starts it (logging off), on the switch's core."""
 
     def command(self) -> list[str]:
         return ["taskset", "-c", str(SWITCH_CPU), *super().command()]
@@ -144,6 +154,17 @@ class Bench:
         asyncio.run(program(switch.grpc_address))
         return switch
 
+    def start_bmv2(self) -> PinnedBmv2:
+        """BMv2 with p4c's output of starnet.p4, its queues without a rate limit (the BMv2 default)."""
+        grpc_port, thrift_port = free_ports(2)
+        switch = PinnedBmv2("bench-bmv2", 1, grpc_port, self.run_dir, [(1, self.port1), (2, self.port2)],
+                            {1: (0.0, 1024), 2: (0.0, 1024)}, thrift_port=thrift_port)
+        json_path, p4info_path = compile_p4()
+        switch.launch()
+        switch.wait_ready()
+        asyncio.run(program(switch.grpc_address, P4Schema.load(p4info_path), json_path.read_bytes()))
+        return switch
+
     # ---- the Linux bridge -------------------------------------------------------------------
     def start_bridge(self) -> None:
         sh("ip", "link", "add", self.bridge, "type", "bridge")
@@ -156,11 +177,11 @@ class Bench:
         sh("ip", "link", "del", self.bridge)
 
 
-async def program(address: str) -> None:
-    schema = P4Schema.load()
+async def program(address: str, schema: P4Schema | None = None, device_config: bytes = b"") -> None:
+    schema = schema or P4Schema.load()
     session = SwitchSession("bench", address, 1, schema)
     await session.connect()
-    await session.set_pipeline()
+    await session.set_pipeline(device_config)
     nhop = ent.action(schema, "StarIngress.set_nhop", port=2, smac=SWITCH_MAC, dmac=SINK_MAC)
     updates = [ent.insert(ent.member(schema, "StarIngress.ecmp_selector", 1, nhop)),
                ent.insert(ent.group(schema, "StarIngress.ecmp_selector", 1, [(1, 2)])),
@@ -199,7 +220,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per point")
     parser.add_argument("--sizes", default="60,1514", help="frame sizes without FCS, comma-separated")
+    parser.add_argument("--bmv2", choices=("auto", "yes", "no"), default="auto",
+                        help="measure simple_switch_grpc too (auto: when BMv2 and p4c are on PATH)")
     args = parser.parse_args()
+    with_bmv2 = args.bmv2 == "yes" or (args.bmv2 == "auto" and not bmv2_missing())
+    if with_bmv2 and bmv2_missing():
+        print(f"softswitch_pps: {', '.join(bmv2_missing())} not on PATH", file=sys.stderr)
+        return 2
     if os.geteuid() != 0:
         print("softswitch_pps: needs root (network namespaces); run as root or with sudo", file=sys.stderr)
         return 2
@@ -228,6 +255,12 @@ def main() -> int:
             measure_all("soft_nofid", "soft switch without the fidelity monitor", SWITCH_MAC)
         finally:
             switch.stop()
+        if with_bmv2:
+            switch = bench.start_bmv2()
+            try:
+                measure_all("bmv2", "BMv2 simple_switch_grpc", SWITCH_MAC)
+            finally:
+                switch.stop()
         bench.start_bridge()
         try:
             measure_all("bridge", "Linux bridge", SINK_MAC)
@@ -247,6 +280,15 @@ def main() -> int:
                       f"{r['soft_int']['kpps']:.1f}", f"{r['soft_int']['kpps'] / soft['kpps']:.2f}",
                       f"{r['soft_nofid']['kpps']:.1f}", f"{soft['kpps'] / r['soft_nofid']['kpps']:.3f}")
     console.print(table)
+    if with_bmv2:
+        targets = Table(title="soft switch vs BMv2 simple_switch_grpc, same veths, same run")
+        for column in ("frame", "offered kpps", "soft switch kpps", "BMv2 kpps", "soft / BMv2"):
+            targets.add_column(column, justify="right")
+        for r in results:
+            soft, bmv2 = r["soft"]["kpps"], r["bmv2"]["kpps"]
+            targets.add_row(f"{r['size'] + 4} B", f"{r['bmv2']['offered_kpps']:.0f}", f"{soft:.1f}", f"{bmv2:.2f}",
+                            f"{soft / bmv2:.0f}" if bmv2 else "n/a")
+        console.print(targets)
     for r in results:
         cost = 1 - r["soft"]["kpps"] / r["soft_nofid"]["kpps"]
         console.print(f"fidelity monitor cost at {r['size'] + 4} B: {100 * cost:+.1f}% of kpps "
