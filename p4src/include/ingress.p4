@@ -173,9 +173,12 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
                 exit;
             }
         }
-        ipv4_lpm.apply();
+        if (!ipv4_lpm.apply().hit) {
+            // A miss drops (BMv2 cannot hold a default action for a table with an action profile).
+            mark_to_drop(standard_metadata);
+        }
         if (standard_metadata.egress_spec == DROP_PORT) {
-            // mark_to_drop() by the table's default or an entry's drop action.
+            // A miss, or an entry's drop action.
             drop_reason.count(DROP_NO_ROUTE);
             exit;
         }
