@@ -264,7 +264,8 @@ class Testbed:
 
     def verdict(self, t0: float, t1: float, switches: list[str] | None = None) -> fid.Verdict:
         """Fidelity of wall-clock [t0, t1) on `switches` (default: all), from fidelity.csv."""
-        return fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0)
+        unmonitored = [name for name, sw in self.switches.items() if sw.kind != "soft"]
+        return fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0, unmonitored)
 
     def switch_stats(self, name: str) -> dict:
         """The soft switch's own per-port queue/drop counters (written every 0.5 s)."""
