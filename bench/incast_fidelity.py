@@ -42,21 +42,24 @@ def set_mode(tb: Testbed, mode: str) -> None:
 
 def row(i: int, r: IncastResult) -> str:
     flagged = ", ".join(f"t={t:.1f}:{d}" for t, d in sorted(r.drops_flagged.items())) or "-"
+    drops, in_flagged = ((f"{r.drops_faithful}", f"{sum(r.drops_flagged.values())}") if r.drops_measured
+                         else ("n/a", "n/a"))
     return (f"{r.mode:7} {i:>3} {100 * r.verdict.fraction:6.1f}% {r.p(0.99):>5.0f} {r.p(0.90):>5.0f} "
-            f"{r.p(0.99, False):>5.0f} {r.drops_faithful:>6} {sum(r.drops_flagged.values()):>7} "
-            f"{r.jain:6.3f} {r.utilisation:5.2f}  {flagged}")
+            f"{r.p(0.99, False):>5.0f} {drops:>6} {in_flagged:>7} "
+            f"{r.jain:6.3f} {r.utilisation:5.2f}  {flagged if r.drops_measured else 'drops not measured (BMv2)'}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--modes", default="advice,none")
+    parser.add_argument("--dataplane", choices=("soft", "bmv2"), default="soft")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     results: dict[str, list[IncastResult]] = {m: [] for m in modes}
     header = (f"{'mode':7} {'run':>3} {'faith':>7} {'p99':>5} {'p90':>5} {'p99all':>5} {'drops':>6} "
               f"{'flagged':>7} {'jain':>6} {'util':>5}  drops in flagged windows (t: drops)")
-    with Testbed(leafspine(), dataplane="soft", name="bench-incast-fidelity", mode=modes[0]) as tb:
+    with Testbed(leafspine(), dataplane=args.dataplane, name=f"bench-incast-{args.dataplane}", mode=modes[0]) as tb:
         print(f"run directory {tb.run_dir}; {args.runs} runs per mode of {len(SENDERS)}→1 incast, "
               f"queue/drops over faithful 100 ms windows")
         print(header, flush=True)
