@@ -118,6 +118,11 @@ header tcp_t {
     bit<16> urgent_ptr;
 }
 
+// TCP options (data_offset > 5): INT goes after them, after the whole L4 header (DESIGN.md).
+header tcp_options_t {
+    varbit<320> options;
+}
+
 header udp_t {
     bit<16> src_port;
     bit<16> dst_port;
@@ -169,6 +174,7 @@ struct headers_t {
     ethernet_t   ethernet;
     ipv4_t       ipv4;
     tcp_t        tcp;
+    tcp_options_t tcp_options;
     udp_t        udp;
     int_shim_t   int_shim;
     int_md_t     int_md;

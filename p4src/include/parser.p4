@@ -39,6 +39,24 @@ parser StarParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
         packet.extract(hdr.tcp);
         meta.l4_src_port = hdr.tcp.src_port;
         meta.l4_dst_port = hdr.tcp.dst_port;
+        // Options take data_offset - 5 words; an offset below 5 (not a TCP header) has none.
+        transition select(hdr.tcp.data_offset) {
+            0: parse_l4_done;
+            1: parse_l4_done;
+            2: parse_l4_done;
+            3: parse_l4_done;
+            4: parse_l4_done;
+            5: parse_l4_done;
+            default: parse_tcp_options;
+        }
+    }
+
+    state parse_tcp_options {
+        packet.extract(hdr.tcp_options, (bit<32>)(((bit<16>)hdr.tcp.data_offset - 5) * 32));
+        transition parse_l4_done;
+    }
+
+    state parse_l4_done {
         transition select(hdr.ipv4.dscp) {
             DSCP_INT: parse_int_shim;
             default: accept;
@@ -102,6 +120,7 @@ control StarDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.ethernet);
         packet.emit(hdr.ipv4);
         packet.emit(hdr.tcp);
+        packet.emit(hdr.tcp_options);
         packet.emit(hdr.udp);
         packet.emit(hdr.int_shim);
         packet.emit(hdr.int_md);
