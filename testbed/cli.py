@@ -10,7 +10,6 @@ from testbed.fidelity import read_records, recent
 from testbed.net import Testbed
 from testbed.p4read import drop_reasons
 from testbed.traffic import iperf3_tcp
-from wire.p4info import P4Schema
 
 FIDELITY_SECONDS = 10.0
 
@@ -157,14 +156,13 @@ class StarNetCLI(CLI):
         """queues [switch]: drops by reason (the P4 counter drop_reason, read over P4Runtime) and, on
         soft switches, per-port egress queue depth, maximum, tail drops and tx."""
         names = line.split() or list(self.tb.switches)
-        schema = P4Schema.load()
         for name in names:
             sw = self.tb.switches.get(name)
             if sw is None:
                 self.stdout.write(f"unknown switch {name!r}\n")
                 continue
             try:
-                reasons = drop_reasons(sw.grpc_address, sw.device_id, schema)
+                reasons = drop_reasons(sw.grpc_address, sw.device_id, self.tb.schema_of(name))
             except grpc.RpcError as exc:
                 self.stdout.write(f"{name}: drop_reason read failed: {exc.code().name} {exc.details()}\n")
             else:

@@ -22,10 +22,11 @@ from testbed import fidelity as fid
 from testbed.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_missing, log_tail
 from testbed.ports import free_ports
 from testbed.rundir import clean_run, forget_pid, new_run_dir, record_interfaces, record_pid
-from testbed.switchproc import compile_p4
+from testbed.switchproc import BMV2_P4INFO, compile_p4
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
 from wire.fidelity import create_file
+from wire.p4info import P4Schema
 
 CONTROLLER_READY_S = 60.0
 
@@ -266,6 +267,12 @@ class Testbed:
         """Fidelity of wall-clock [t0, t1) on `switches` (default: all), from fidelity.csv."""
         unmonitored = [name for name, sw in self.switches.items() if sw.kind != "soft"]
         return fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0, unmonitored)
+
+    def schema_of(self, name: str) -> P4Schema:
+        """The P4Info switch `name` runs: p4c's output on BMv2, the committed one on the soft switch."""
+        if self.switches[name].kind == "bmv2":
+            return P4Schema.load(BMV2_P4INFO)
+        return P4Schema.load()
 
     def switch_stats(self, name: str) -> dict:
         """The soft switch's own per-port queue/drop counters (written every 0.5 s)."""
