@@ -10,6 +10,7 @@ import pytest
 
 from controller.service import get_state
 from testbed.net import Testbed
+from testbed.switchproc import bmv2_missing
 from testbed.traffic import iperf3_parallel
 from tests.checks import assert_within, wait_until
 from topologies import dumbbell
@@ -31,9 +32,11 @@ def both_flows_seen(tb: Testbed) -> bool:
     return len(flows) >= 2 and any((p.switch, str(p.port)) == BOTTLENECK and p.has_rate for p in state.ports)
 
 
-@pytest.fixture(scope="module")
-def run():
-    with Testbed(dumbbell(2), dataplane="soft", name="test-telemetry") as tb:
+@pytest.fixture(scope="module", params=["soft", "bmv2"])
+def run(request):
+    if request.param == "bmv2" and bmv2_missing():
+        pytest.skip(f"{' and '.join(bmv2_missing())} not found: BMv2 runs where p4lang's packages are installed")
+    with Testbed(dumbbell(2), dataplane=request.param, name=f"test-telemetry-{request.param}") as tb:
         pairs = [(tb.host("h1"), tb.host("h3")), (tb.host("h2"), tb.host("h4"))]
         result: list = []
         started = tb.now()
