@@ -13,12 +13,11 @@ import grpc
 from google.protobuf import text_format
 
 from wire.p4info import P4Schema, decode_value, encode_value
-from wire.proto import p4r, p4r_grpc, rpc_status
+from wire.proto import p4r, p4r_grpc, rpc_code, rpc_status
 
 log = logging.getLogger("controller.p4rt")
 
 WRITE_BATCH = 256
-NOT_FOUND = 5  # google.rpc.Code: an arbitration notification while there is no primary
 PACKET_IN_QUEUE = 10000
 
 
@@ -112,7 +111,7 @@ class SwitchSession:
         """P4Runtime makes primary only an election id >= the highest the switch has seen: after a
         takeover (make shell ELECTION=0,100) ended, take the switch back with one above it."""
         past = (arbitration.election_id.high << 64) | arbitration.election_id.low
-        if not self.reclaim or arbitration.status.code != NOT_FOUND or past < self.election_id:
+        if not self.reclaim or arbitration.status.code != rpc_code.NOT_FOUND or past < self.election_id:
             return
         self.election_id = past + 1
         log.warning("%s: no primary; arbitrating again with election id %d", self.name, self.election_id)

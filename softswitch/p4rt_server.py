@@ -195,8 +195,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         elif action == actions.VERIFY_AND_COMMIT:
             self.device.commit(schema, RuntimeState(schema), request.config)
         elif action == actions.RECONCILE_AND_COMMIT:
-            running = self.device.state
-            if running is None or self.device.config.p4info.SerializeToString(deterministic=True) != \
+            if self.device.state is None or self.device.config.p4info.SerializeToString(deterministic=True) != \
                     request.config.p4info.SerializeToString(deterministic=True):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               "RECONCILE_AND_COMMIT: the forwarding state can be kept only for the running P4Info")
@@ -337,13 +336,10 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         """P4Runtime spec, "Rules for Handling MasterArbitrationUpdate Messages": the errors end
         the stream with their status; an accepted update with election id >= the highest ever
         seen makes its client primary, anything lower (or unset) leaves it a backup."""
-        if not client.arbitrated and update.device_id != self.device.device_id:
-            client.end(grpc.StatusCode.NOT_FOUND, f"unknown device id {update.device_id} "
-                                                  f"(this switch is {self.device.device_id})")
-            return
-        if client.arbitrated and update.device_id != self.device.device_id:
-            client.end(grpc.StatusCode.FAILED_PRECONDITION,
-                       f"device id {update.device_id} is not this stream's ({self.device.device_id})")
+        if update.device_id != self.device.device_id:
+            # First update on the stream: an unknown device; later: not the stream's device.
+            code = grpc.StatusCode.FAILED_PRECONDITION if client.arbitrated else grpc.StatusCode.NOT_FOUND
+            client.end(code, f"device id {update.device_id} is not this switch's ({self.device.device_id})")
             return
         election_id = _election(update.election_id) if update.HasField("election_id") else None
         with self.lock:

@@ -116,6 +116,7 @@ class Pipeline:
         ids = state.schema.id_of
         self.set_nhop_id, self.int_watch_id = ids(SET_NHOP), ids(INT_WATCH)
         self.fault_drop_id, self.fault_drop_prob_id = ids(FAULT_DROP), ids(FAULT_DROP_PROB)
+        set_port_config_id = ids(SET_PORT_CONFIG)
         self.ipv4_lpm = state.table_by_name(IPV4_LPM)
         self.port_role = state.table_by_name(PORT_ROLE)
         self.fault_inject = state.table_by_name(FAULT_INJECT)
@@ -134,7 +135,7 @@ class Pipeline:
         self.int_source = state.table_by_name(INT_SOURCE)
         self.int_sink = state.table_by_name(INT_SINK)
         port_configs = {values[0]: entry.action.args for values, entry in self.port_config.exact_index.items()
-                        if entry.action is not None and entry.action.action_id == ids(SET_PORT_CONFIG)}
+                        if entry.action is not None and entry.action.action_id == set_port_config_id}
         self.ecn_thresholds = {port: args[1] for port, args in port_configs.items()}
         engine = self.int_engine
         engine.ecn_thresholds = self.ecn_thresholds
@@ -170,6 +171,11 @@ class Pipeline:
             key = self._unusual_key(frame, in_port)
             if key is None:
                 return None
+        # In starnet.p4's order: TTL, then fault_inject, then ipv4_lpm (no table walk for TTL 1).
+        ttl = frame[22]
+        if ttl <= 1:
+            self.count_drop("ttl_expired", in_port, len(frame))
+            return None
         # The cache of the state as it is now: a write that lands during the walk below replaces
         # self.flow_cache (invalidate), so this result goes into the old, discarded one and no
         # later frame is forwarded by it.
@@ -179,11 +185,6 @@ class Pipeline:
             if len(cache) >= FLOW_CACHE_MAX:
                 cache.clear()
             result = cache[key] = self.walk_tables(in_port, key[1], key[2][:8], key[2][8:])
-        # In starnet.p4's order: TTL, then fault_inject, then ipv4_lpm.
-        ttl = frame[22]
-        if ttl <= 1:
-            self.count_drop("ttl_expired", in_port, len(frame))
-            return None
         port, macs, drop_prob, sample_log2, sink = result
         if drop_prob and self.rng.random() < drop_prob:
             self.count_drop("fault", in_port, len(frame))

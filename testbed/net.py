@@ -26,7 +26,7 @@ from testbed.switchproc import BMV2_P4INFO, compile_p4
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
 from wire.fidelity import create_file
-from wire.p4info import P4Schema
+from wire.p4info import DEFAULT_P4INFO, P4Schema
 
 CONTROLLER_READY_S = 60.0
 
@@ -77,6 +77,7 @@ class Testbed:
         self.net: Mininet | None = None
         self.controller: subprocess.Popen | None = None
         self.switches: dict[str, P4Switch] = {}
+        self._schemas: dict[Path, P4Schema] = {}  # P4Info file -> its schema (schema_of)
 
     # ---- bring-up ----------------------------------------------------------------------------
     def start(self) -> Testbed:
@@ -269,10 +270,12 @@ class Testbed:
         return fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0, unmonitored)
 
     def schema_of(self, name: str) -> P4Schema:
-        """The P4Info switch `name` runs: p4c's output on BMv2, the committed one on the soft switch."""
-        if self.switches[name].kind == "bmv2":
-            return P4Schema.load(BMV2_P4INFO)
-        return P4Schema.load()
+        """The P4Info switch `name` runs: p4c's output on BMv2, the committed one on the soft switch
+        (each loaded once per testbed)."""
+        path = BMV2_P4INFO if self.switches[name].kind == "bmv2" else DEFAULT_P4INFO
+        if path not in self._schemas:
+            self._schemas[path] = P4Schema.load(path)
+        return self._schemas[path]
 
     def switch_stats(self, name: str) -> dict:
         """The soft switch's own per-port queue/drop counters (written every 0.5 s)."""

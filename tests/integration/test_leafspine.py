@@ -9,6 +9,7 @@ import pytest
 from controller.routing import compute_routes
 from softswitch.pipeline import ecmp_hash
 from testbed.net import Testbed
+from testbed.p4read import read_counter
 from testbed.rundir import process_start_time
 from testbed.traffic import iperf3_tcp
 from tests.integration.helpers import links_named, pid_alive, send_udp, unreachable_pairs, wait_until
@@ -83,23 +84,12 @@ def test_tcp_fills_the_link_and_queues_in_the_switch_not_the_kernel(fabric):
 
 def test_switch_counters_via_p4runtime_match_traffic(fabric):
     """tx counters read over P4Runtime move with the traffic (uses the controller-free read path)."""
-    import grpc
-
-    from wire.p4info import P4Schema
-    from wire.proto import p4r, p4r_grpc
-
-    schema = P4Schema.load()
     sw = fabric.switches["s3"]
+    counter_id = fabric.schema_of("s3").id_of("StarEgress.port_tx")
     h1, h2 = fabric.host("h1"), fabric.host("h2")
 
     def tx_port2() -> int:
-        with grpc.insecure_channel(sw.grpc_address) as channel:
-            request = p4r.ReadRequest(device_id=sw.device_id)
-            ce = request.entities.add().counter_entry
-            ce.counter_id = schema.id_of("StarEgress.port_tx")
-            ce.index.index = 2
-            return [e for r in p4r_grpc.P4RuntimeStub(channel).Read(request) for e in r.entities][0] \
-                .counter_entry.data.packet_count
+        return read_counter(sw.grpc_address, sw.device_id, counter_id)[2][0]
 
     before = tx_port2()
     send_udp(h1, h2.IP(), 30000, 50)

@@ -11,13 +11,13 @@ import grpc
 import pytest
 
 from controller import entities as ent
-from controller.p4rt_client import SwitchSession
+from controller.p4rt_client import SwitchSession, update_errors
 from softswitch.p4rt_server import DEFAULT_MAX_STREAMS, Device, P4RuntimeService, serve
 from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
 from tests.checks import wait_until
 from wire.p4info import P4Schema
-from wire.proto import p4r, p4r_grpc, rpc_status
+from wire.proto import p4r, p4r_grpc
 
 DEVICE_ID = 7
 CAPABILITIES_MEDIAN_S = 0.1
@@ -105,19 +105,6 @@ def write(stub, updates, election_low=10):
     return stub.Write(request)
 
 
-def error_details(exc: grpc.RpcError) -> list[p4r.Error]:
-    for key, value in exc.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            status = rpc_status.Status.FromString(value)
-            errors = []
-            for detail in status.details:
-                error = p4r.Error()
-                detail.Unpack(error)
-                errors.append(error)
-            return errors
-    return []
-
-
 def lpm_entry(schema, ip="10.0.3.1", plen=32, member_id=1):
     return ent.table_entry(schema, "StarIngress.ipv4_lpm", {"hdr.ipv4.dst_addr": (ip, plen)}, member_id=member_id)
 
@@ -161,7 +148,7 @@ def test_unknown_table_id_is_not_found(primary, schema):
         write(stub, [ent.insert(entry)])
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
     assert "unknown table id 12345" in info.value.details()
-    assert error_details(info.value)[0].canonical_code == grpc.StatusCode.NOT_FOUND.value[0]
+    assert update_errors(info.value)[0].canonical_code == grpc.StatusCode.NOT_FOUND.value[0]
 
 
 def test_unknown_action_id_is_invalid_argument(primary, schema):
@@ -198,7 +185,7 @@ def test_batch_reports_each_update(primary, schema):
     with pytest.raises(grpc.RpcError) as info:
         write(stub, [ent.insert(lpm_entry(schema, "10.0.3.2")), ent.insert(nhop_member(schema))])
     assert info.value.code() == grpc.StatusCode.UNKNOWN
-    codes = [e.canonical_code for e in error_details(info.value)]
+    codes = [e.canonical_code for e in update_errors(info.value)]
     assert codes == [0, grpc.StatusCode.ALREADY_EXISTS.value[0]]
 
 
@@ -349,7 +336,7 @@ def test_spec_grpc_metadata_maximum_size_a_big_failed_batch_is_readable(primary,
         write(stub, updates)
     assert info.value.code() == grpc.StatusCode.UNKNOWN, info.value.details()
     assert "5000 of 10000 updates failed" in info.value.details()
-    codes = [e.canonical_code for e in error_details(info.value)]
+    codes = [e.canonical_code for e in update_errors(info.value)]
     assert len(codes) >= 50, f"only {len(codes)} details"
     assert codes == [0 if i % 2 == 0 else grpc.StatusCode.NOT_FOUND.value[0] for i in range(len(codes))]
     left_out = 5000 - codes.count(grpc.StatusCode.NOT_FOUND.value[0])
@@ -382,7 +369,7 @@ def test_spec_counterentry_an_index_beyond_the_counter_is_out_of_range(primary, 
     with pytest.raises(grpc.RpcError) as info:
         list(stub.Read(request))
     assert info.value.code() == grpc.StatusCode.UNKNOWN, info.value.details()  # the Read batch form
-    assert [e.canonical_code for e in error_details(info.value)] == [grpc.StatusCode.OUT_OF_RANGE.value[0]]
+    assert [e.canonical_code for e in update_errors(info.value)] == [grpc.StatusCode.OUT_OF_RANGE.value[0]]
 
 
 def test_spec_group_programming_a_group_listing_a_member_twice_is_invalid(primary, schema):
@@ -447,7 +434,7 @@ def test_spec_read_batch_processing_returns_what_was_found_then_unknown_with_one
     assert info.value.code() == grpc.StatusCode.UNKNOWN
     assert [e.WhichOneof("entity") for e in found] == ["table_entry", "action_profile_member"]
     codes = [grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT]
-    assert [e.canonical_code for e in error_details(info.value)] == [c.value[0] for c in codes]
+    assert [e.canonical_code for e in update_errors(info.value)] == [c.value[0] for c in codes]
 
 
 def test_spec_read_rpc_a_read_without_entities_fails_for_none(primary):
