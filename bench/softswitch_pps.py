@@ -21,6 +21,10 @@ receive timestamps and lateness per window) and again started with --no-fidelity
 With BMv2 and p4c on PATH (or --bmv2 yes), simple_switch_grpc is measured on the same veths in
 the same run, programmed with the same entries from p4c's output of starnet.p4.
 
+TCP across one switch: one iperf3 flow (cubic, no segmentation offload, so 1500 B packets on the
+wire) from the sender's namespace to a second address of the receiver, routed both ways by the
+switch under test (data and ACKs), for each of soft switch, BMv2 and the bridge.
+
 Sizes are Ethernet frames without FCS: 60 is the 64 B minimum frame, 1514 a 1500 B IP packet.
 """
 
@@ -53,10 +57,12 @@ from testbed.rundir import (  # noqa: E402
     record_pid,
 )
 from testbed.switchproc import Bmv2SwitchProcess, SoftSwitchProcess, bmv2_missing, compile_p4  # noqa: E402
+from testbed.traffic import iperf3_rates  # noqa: E402
 from wire.cpu import CPU_PORT, REPORT_SESSION  # noqa: E402
 from wire.p4info import P4Schema  # noqa: E402
 
 SENDER_IP, RECEIVER_IP = "10.99.0.1", "10.99.0.2"
+TCP_IP = "10.99.0.3"  # the receiver's second address: TCP goes there, to its own MAC, and back
 SENDER_MAC, RECEIVER_MAC = "02:00:00:99:00:01", "02:00:00:99:00:02"
 SWITCH_MAC = "02:53:00:99:00:01"
 # Frames leave for a MAC nobody owns: the receiver counts them and drops them at once (not for
@@ -108,6 +114,8 @@ class Bench:
             sh("ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
             sh("ip", "link", "set", "eth0", "address", mac, "up", ns=ns)
             sh("ip", "addr", "add", f"{ip}/24", "dev", "eth0", ns=ns)
+            if ns == self.ns_recv:
+                sh("ip", "addr", "add", f"{TCP_IP}/24", "dev", "eth0", ns=ns)
             sh("ip", "link", "set", "lo", "up", ns=ns)
             sh("ethtool", "-K", "eth0", "tx", "off", "rx", "off", "gso", "off", "tso", "off", ns=ns)
             sh("ethtool", "-K", port, "tx", "off", "rx", "off", "gso", "off", "tso", "off", "gro", "off")
@@ -143,6 +151,34 @@ class Bench:
             forget_pid(self.run_dir, "sender")
         sent = json.loads(out.strip().splitlines()[-1])
         return {"kpps": (rx1 - rx0) / (t1 - t0) / 1e3, "offered_kpps": sent["sent"] / sent["seconds"] / 1e3}
+
+    def measure_tcp(self, via_mac: tuple[str, str] | None) -> dict:
+        """One iperf3 TCP flow sender → TCP_IP for self.seconds; via_mac: the next-hop MACs (sender's,
+        receiver's) the hosts use for each other — the switch's for a router, None for the bridge."""
+        to_receiver, to_sender = via_mac or (RECEIVER_MAC, SENDER_MAC)
+        sh("ip", "neigh", "replace", TCP_IP, "lladdr", to_receiver, "dev", "eth0", ns=self.ns_send)
+        sh("ip", "neigh", "replace", SENDER_IP, "lladdr", to_sender, "dev", "eth0", ns=self.ns_recv)
+        server = subprocess.Popen(["taskset", "-c", str(SENDER_CPU), "ip", "netns", "exec", self.ns_recv,
+                                   "iperf3", "-s", "-1", "-B", TCP_IP, "-p", "5201"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        record_pid(self.run_dir, "iperf3-server", server.pid)
+        try:
+            deadline = time.monotonic() + 5
+            while ":5201" not in sh("ss", "-ltnH", "sport = :5201", ns=self.ns_recv):
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("iperf3 server in the receiver namespace did not start listening")
+                time.sleep(0.05)
+            out = subprocess.run(["taskset", "-c", str(SENDER_CPU), "ip", "netns", "exec", self.ns_send,
+                                  "iperf3", "-c", TCP_IP, "-p", "5201", "-C", "cubic", "-t", f"{self.seconds:g}",
+                                  "-O", f"{WARMUP_S:g}", "-J"], capture_output=True, text=True,
+                                 timeout=self.seconds + 30).stdout
+            received, _ = iperf3_rates(out, "TCP across the switch")
+        finally:
+            if server.poll() is None:
+                server.kill()
+            server.wait()
+            forget_pid(self.run_dir, "iperf3-server")
+        return {"mbps": received}
 
     # ---- the soft switch --------------------------------------------------------------------
     def start_switch(self, fidelity: bool = True) -> PinnedSoftSwitch:
@@ -182,11 +218,15 @@ async def program(address: str, schema: P4Schema | None = None, device_config: b
     session = SwitchSession("bench", address, 1, schema)
     await session.connect()
     await session.set_pipeline(device_config)
-    nhop = ent.action(schema, "StarIngress.set_nhop", port=2, smac=SWITCH_MAC, dmac=SINK_MAC)
-    updates = [ent.insert(ent.member(schema, "StarIngress.ecmp_selector", 1, nhop)),
-               ent.insert(ent.group(schema, "StarIngress.ecmp_selector", 1, [(1, 2)])),
-               ent.insert(ent.table_entry(schema, "StarIngress.ipv4_lpm",
-                                          {"hdr.ipv4.dst_addr": (RECEIVER_IP, 32)}, group_id=1))]
+    updates = []
+    # group 1: the UDP blast, to a MAC nobody owns; 2: TCP to the receiver; 3: ACKs back to the sender
+    for group, (ip, port, dmac) in enumerate(((RECEIVER_IP, 2, SINK_MAC), (TCP_IP, 2, RECEIVER_MAC),
+                                              (SENDER_IP, 1, SENDER_MAC)), 1):
+        nhop = ent.action(schema, "StarIngress.set_nhop", port=port, smac=SWITCH_MAC, dmac=dmac)
+        updates += [ent.insert(ent.member(schema, "StarIngress.ecmp_selector", group, nhop)),
+                    ent.insert(ent.group(schema, "StarIngress.ecmp_selector", group, [(group, 2)])),
+                    ent.insert(ent.table_entry(schema, "StarIngress.ipv4_lpm",
+                                               {"hdr.ipv4.dst_addr": (ip, 32)}, group_id=group))]
     for port, role in ((1, 1), (2, 1)):
         updates.append(ent.insert(ent.table_entry(
             schema, "StarIngress.port_role", {"standard_metadata.ingress_port": port},
@@ -243,9 +283,12 @@ def main() -> int:
                 result[key] = bench.measure(result["size"], dst_mac)
 
         results: list[dict] = [{"size": size} for size in sizes]
+        tcp: dict[str, dict] = {}
         switch = bench.start_switch()
         try:
             measure_all("soft", "soft switch", SWITCH_MAC)
+            console.log(f"soft switch, one TCP flow, {args.seconds:.0f} s ...")
+            tcp["soft"] = bench.measure_tcp((SWITCH_MAC, SWITCH_MAC))
             asyncio.run(enable_int(switch.grpc_address))
             measure_all("soft_int", "soft switch with INT on every packet", SWITCH_MAC)
         finally:
@@ -259,11 +302,15 @@ def main() -> int:
             switch = bench.start_bmv2()
             try:
                 measure_all("bmv2", "BMv2 simple_switch_grpc", SWITCH_MAC)
+                console.log(f"BMv2, one TCP flow, {args.seconds:.0f} s ...")
+                tcp["bmv2"] = bench.measure_tcp((SWITCH_MAC, SWITCH_MAC))
             finally:
                 switch.stop()
         bench.start_bridge()
         try:
             measure_all("bridge", "Linux bridge", SINK_MAC)
+            console.log(f"Linux bridge, one TCP flow, {args.seconds:.0f} s ...")
+            tcp["bridge"] = bench.measure_tcp(None)
         finally:
             bench.stop_bridge()
     finally:
@@ -289,11 +336,13 @@ def main() -> int:
             targets.add_row(f"{r['size'] + 4} B", f"{r['bmv2']['offered_kpps']:.0f}", f"{soft:.1f}", f"{bmv2:.2f}",
                             f"{soft / bmv2:.0f}" if bmv2 else "n/a")
         console.print(targets)
+    console.print("TCP across one switch (one iperf3 cubic flow, 1500 B packets, data and ACKs through it): "
+                  + ", ".join(f"{name} {t['mbps']:.0f} Mbit/s" for name, t in tcp.items()))
     for r in results:
         cost = 1 - r["soft"]["kpps"] / r["soft_nofid"]["kpps"]
         console.print(f"fidelity monitor cost at {r['size'] + 4} B: {100 * cost:+.1f}% of kpps "
                       f"(goal <= 5%): {'MET' if cost <= 0.05 else 'NOT MET'}")
-    (run_dir / "results.json").write_text(json.dumps(results, indent=2))
+    (run_dir / "results.json").write_text(json.dumps({"frames": results, "tcp": tcp}, indent=2))
     console.log(f"results in {run_dir / 'results.json'}")
     return 0
 

@@ -69,7 +69,8 @@ class IncastResult:
     def summary(self) -> dict:
         return {"mode": self.mode, "fidelity": self.verdict.line(), "faithful_share": round(self.verdict.fraction, 3),
                 "p99_queue_faithful": self.p(0.99), "p90_queue_faithful": self.p(0.90),
-                "p99_queue_all": self.p(0.99, False), "drops_faithful": self.drops_faithful,
+                "p99_queue_all": self.p(0.99, False),
+                "drops_faithful": self.drops_faithful if self.drops_measured else "n/a",
                 "drops_flagged": self.drops_flagged, "jain": round(self.jain, 4),
                 "utilisation_faithful": round(self.utilisation, 3), "readings_faithful": len(self.queues_faithful),
                 "rates_mbps": [round(r, 2) for r in self.rates]}

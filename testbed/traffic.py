@@ -18,7 +18,8 @@ def start_iperf3_server(server, port: int, timeout_s: float = 5.0) -> None:
 
 
 
-def _rates(out: str, what: str) -> tuple[float, float]:
+def iperf3_rates(out: str, what: str) -> tuple[float, float]:
+    """(receiver goodput, sender rate) in Mbit/s from iperf3 -J output; what names the flow in errors."""
     try:
         end = json.loads(out[out.index("{"):])["end"]
         return end["sum_received"]["bits_per_second"] / 1e6, end["sum_sent"]["bits_per_second"] / 1e6
@@ -33,7 +34,7 @@ def iperf3_tcp(client, server, seconds: int = 5, port: int = 5201) -> tuple[floa
     which iperf 2.1 (Debian 12) does not print, so `iperf` in the stock CLI never returns."""
     start_iperf3_server(server, port)
     out = client.cmd(f"iperf3 -c {server.IP()} -p {port} -t {seconds} -J")
-    return _rates(out, f"{client.name} -> {server.name}")
+    return iperf3_rates(out, f"{client.name} -> {server.name}")
 
 
 def iperf3_parallel(pairs, seconds: int, out_dir: Path, base_port: int = 5301, omit_s: int = 0,
@@ -56,5 +57,5 @@ def iperf3_parallel(pairs, seconds: int, out_dir: Path, base_port: int = 5301, o
             if text.rstrip().endswith("}"):
                 break
             time.sleep(0.2)
-        results.append(_rates(path.read_text(), what))
+        results.append(iperf3_rates(path.read_text(), what))
     return results

@@ -9,7 +9,8 @@ control StarEgress(inout headers_t hdr, inout metadata_t meta,
 
     counter(512, CounterType.packets_and_bytes) port_tx;
     // Per-port state a report needs for the sink's own hop: the report is an ingress clone that
-    // leaves through the CPU port, so it reads what the host-facing port last saw.
+    // leaves through the CPU port, so it reads what the host-facing port last saw (the last packet
+    // to leave it, written for every packet; the soft switch writes the sink hop from the packet).
     register<bit<32>>(512) port_tx_bytes;      // cumulative, mod 2^32
     register<bit<32>>(512) port_last_latency_us;
     register<bit<32>>(512) port_last_qdepth_pkts;
@@ -70,6 +71,9 @@ control StarEgress(inout headers_t hdr, inout metadata_t meta,
             port_last_qdepth_pkts.read(r_qdepth, r_port);
             port_last_egress_us.read(r_egress_us, r_port);
             port_capacity_mbps.read(r_capacity, r_port);
+            if (!hdr.int_shim.isValid()) {
+                int_source.apply(hdr);  // source and sink on this switch: the report's only hop is ours
+            }
             int_report_hop.apply(hdr, node_id, meta.orig_ingress_port, meta.orig_egress_port, r_latency,
                               (bit<24>)r_qdepth, r_egress_us, r_tx_bytes, r_capacity, false);
             hdr.packet_in.setValid();
@@ -102,16 +106,18 @@ control StarEgress(inout headers_t hdr, inout metadata_t meta,
         if (!hdr.ipv4.isValid()) {
             exit;
         }
+        // What a report reads for this port: the packet that left it last, every packet, so that
+        // tx_bytes and its timestamp are one pair (a report's rate is the delta of two pairs).
+        bit<32> latency = (bit<32>)(standard_metadata.egress_global_timestamp
+                                    - standard_metadata.ingress_global_timestamp);
+        port_last_latency_us.write(port, latency);
+        port_last_qdepth_pkts.write(port, (bit<32>)standard_metadata.enq_qdepth);
+        port_last_egress_us.write(port, standard_metadata.egress_global_timestamp);
+        port_capacity_mbps.write(port, meta.capacity_mbps);
         if (meta.int_source == 1) {
             int_source.apply(hdr);
         }
         if (hdr.int_shim.isValid()) {
-            bit<32> latency = (bit<32>)(standard_metadata.egress_global_timestamp
-                                        - standard_metadata.ingress_global_timestamp);
-            port_last_latency_us.write(port, latency);
-            port_last_qdepth_pkts.write(port, (bit<32>)standard_metadata.enq_qdepth);
-            port_last_egress_us.write(port, standard_metadata.egress_global_timestamp);
-            port_capacity_mbps.write(port, meta.capacity_mbps);
             if (meta.int_sink == 1) {
                 int_sink.apply(hdr);
             } else {

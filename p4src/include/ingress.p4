@@ -198,9 +198,11 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
             int_sink.apply();
         }
         meta.orig_egress_port = (bit<16>)standard_metadata.egress_spec;
-        if (meta.int_sink == 1 && hdr.int_shim.isValid()) {
-            // Report the stack that arrived, at once when a hop flagged congestion, else at
-            // most once per REPORT_INTERVAL_US per flow slot.
+        if (meta.int_sink == 1 && (hdr.int_shim.isValid() || meta.int_source == 1)) {
+            // Report the stack that arrived (none when this switch is source and sink at once:
+            // the clone's egress starts INT on it), at once when a hop flagged congestion, else
+            // at most once per REPORT_INTERVAL_US per flow slot.
+            bool flagged = hdr.int_shim.isValid() && (hdr.int_md.ds_flags & INT_DS_FLAG_CONGESTED) != 0;
             hash(meta.flow_slot, HashAlgorithm.crc32, 32w0,
                  { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src_port,
                    meta.l4_dst_port },
@@ -208,7 +210,7 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
             bit<48> last;
             report_last_us.read(last, meta.flow_slot);
             bit<48> now = standard_metadata.ingress_global_timestamp;
-            if ((hdr.int_md.ds_flags & INT_DS_FLAG_CONGESTED) != 0 || last == 0
+            if (flagged || last == 0
                     || now - last >= REPORT_INTERVAL_US) {
                 report_last_us.write(meta.flow_slot, now);
                 meta.cpu_reason = REASON_INT_REPORT;

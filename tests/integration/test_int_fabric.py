@@ -117,3 +117,29 @@ def test_tcp_stream_arrives_byte_for_byte(fabric):
     state, flows = reported()
     assert state.bad_reports == 0, f"{state.bad_reports} INT reports failed to decode"
     assert [h.switch for h in flows[0].hops][::2] == ["s3", "s4"]
+
+
+def test_flow_within_one_leaf_is_reported_with_its_one_hop(fabric):
+    """h6 → h5 never leaves s4: that switch is the flow's INT source and sink at once, and the
+    report (one hop, s4 port 2 → port 1) is what lets the advisor see flows that share only the
+    receiver's port. BMv2 used to skip it: its report clone is made at ingress, before INT exists."""
+    h6, h5 = fabric.host("h6"), fabric.host("h5")
+    out = capture(fabric, "h5", UDP_PORT + 1, DATAGRAMS, 10)
+    h6.cmd(f"{sys.executable} {UDP_SENDER} {h5.IP()} {SPORT} {DATAGRAMS} {UDP_PORT + 1}")
+    frames = captured(out, 15)
+    assert len(frames) == DATAGRAMS
+    for frame in frames:  # source and sink on one switch: INT added and stripped, bytes as sent
+        packet = Ether(frame)
+        assert packet[IP].tos == 0 and packet[IP].len == 20 + 8 + 100 and packet[UDP].len == 108
+        assert bytes(packet[UDP].payload) == b"x" * 100
+    key = (h6.IP(), h5.IP(), 17, SPORT, UDP_PORT + 1)
+
+    def reported():
+        state = get_state(fabric.run_dir, include_flows=True)
+        return state, [f for f in state.flows if (f.src, f.dst, f.protocol, f.src_port, f.dst_port) == key]
+
+    assert wait_until(lambda: bool(reported()[1]), 10.0), "no INT report for the flow within s4"
+    state, flows = reported()
+    assert state.bad_reports == 0
+    h6_port = fabric.topo.find_link("s4", "h6").port_of("s4")
+    assert [(h.switch, h.ingress_port, h.egress_port) for h in flows[0].hops] == [("s4", h6_port, 1)]
