@@ -18,6 +18,7 @@ import json
 import logging
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,11 +30,11 @@ from controller.p4rt_client import SwitchError, SwitchSession
 from controller.program import INT_SAMPLE_LOG2, switch_program
 from controller.routing import compute_routes
 from controller.service import start_server
-from controller.telemetry import Collector
+from controller.telemetry import Collector, HopLateness
 from topologies.addressing import AddressPlan
 from topologies.spec import load_topology
 from wire.cpu import REASON_INT_REPORT, REASON_PROBE
-from wire.fidelity import FidelityWindows, watch_loop_lag
+from wire.fidelity import WINDOW_S, FidelityWindows, watch_loop_lag
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 from wire.proto import p4r
 
@@ -44,9 +45,11 @@ RECONNECT_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 class Controller:
     def __init__(self, run_dir: Path, schema: P4Schema, int_sample_log2: int | None = INT_SAMPLE_LOG2,
-                 mode: str = "none", interval_s: float = 0.001, eta: float = 0.95, drain_s: float = 0.1) -> None:
+                 mode: str = "none", interval_s: float = 0.001, eta: float = 0.95, drain_s: float = 0.1,
+                 fidelity_file: Path | None = None) -> None:
         """int_sample_log2: INT starts on 1 in 2^N packets of each host flow (None = no INT);
-        mode: none | ecn | advice; interval_s: advice loop period; eta: target utilisation."""
+        mode: none | ecn | advice; interval_s: advice loop period; eta: target utilisation;
+        fidelity_file: where BMv2 switches' lateness (from INT) goes (None = not measured)."""
         self.int_sample_log2 = int_sample_log2
         self.run_dir = run_dir
         self.schema = schema
@@ -59,10 +62,17 @@ class Controller:
         self.stopping = asyncio.Event()
         self.packet_ins = 0
         self.collector = Collector({self.plan.switches[s.name].device_id: s.name for s in self.topo.switches},
-                                   series=run_dir / "telemetry.csv")
+                                   series=run_dir / "telemetry.csv", lateness=self._hop_lateness(fidelity_file))
         self.advice = AdviceLoop(self.topo, self.plan, self.collector, run_dir, mode,
                                  AdvisorParams(eta=eta, drain_s=drain_s, queue_allowance_pkts=2), interval_s)
         self.loop_lag: FidelityWindows | None = None  # set by main(): event-loop lag into fidelity.csv
+
+    def _hop_lateness(self, fidelity_file: Path | None) -> HopLateness | None:
+        """BMv2 switches have no timing monitor of their own: the controller measures them from INT."""
+        bmv2 = [name for name, info in self.switch_info.items() if info.get("kind") == "bmv2"]
+        if fidelity_file is None or not bmv2:
+            return None
+        return HopLateness({name: FidelityWindows(fidelity_file, name, "switch") for name in bmv2})
 
     def _schema(self, name: str) -> P4Schema:
         """The P4Info this switch runs: p4c's output for BMv2, else the committed one."""
@@ -148,10 +158,15 @@ class Controller:
             await asyncio.sleep(RECONNECT_BACKOFF_S[min(attempt, len(RECONNECT_BACKOFF_S) - 1)])
 
     async def _age_telemetry(self) -> None:
+        ticks = 0
         while not self.stopping.is_set():
-            await asyncio.sleep(1.0)
-            self.collector.expire()
-            self.collector.flush()
+            await asyncio.sleep(WINDOW_S)
+            if self.collector.lateness is not None:
+                self.collector.lateness.tick(time.time())
+            ticks += 1
+            if ticks % 10 == 0:
+                self.collector.expire()
+                self.collector.flush()
 
     async def run(self) -> None:
         server = await start_server(self.run_dir, self.collector, self.advice)
@@ -182,13 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-ms", type=float, default=1.0, help="advice loop period (ms)")
     parser.add_argument("--eta", type=float, default=0.95, help="target utilisation of every link")
     parser.add_argument("--drain-ms", type=float, default=100.0, help="horizon to drain a standing queue (ms)")
-    parser.add_argument("--fidelity-file", type=Path, help="append event-loop lag per 100 ms window to this CSV")
+    parser.add_argument("--fidelity-file", type=Path,
+                        help="append event-loop lag and BMv2 switches' lateness (from INT) per 100 ms window here")
     args = parser.parse_args(argv)
     logging.basicConfig(filename=args.run_dir / "controller.log", level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sample = None if args.int_sample_log2 < 0 else args.int_sample_log2
     controller = Controller(args.run_dir, P4Schema.load(args.p4info), sample, args.mode, args.interval_ms / 1000,
-                            args.eta, args.drain_ms / 1000)
+                            args.eta, args.drain_ms / 1000, args.fidelity_file)
     if args.fidelity_file:
         controller.loop_lag = FidelityWindows(args.fidelity_file, "controller", "loop")
 

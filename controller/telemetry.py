@@ -5,6 +5,9 @@ Each hop of a report says, for one switch egress port: queue occupancy (packets)
 The tx rate is the wrap-safe byte delta over the timestamp delta of two reports for the same
 port; utilisation is that rate over the port's capacity. State older than `max_age_s` is dropped.
 Every update is appended to a CSV time series in the run directory.
+
+HopLateness is the timing monitor of switches that have none of their own (BMv2): from the hops
+they stamp, what they held a packet beyond its queue, into fidelity.csv (wire/fidelity.py).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wire.fidelity import BMV2_RATE_PKT_BYTES, FidelityWindows
 from wire.intmd import DSCP_INT, UNKNOWN32, IntFormatError, IntStack, l4_header_length, parse
 
 # The rate is taken over at least this much switch time: at 20 Mbit/s, 20 ms is ~33 full-size
@@ -58,11 +62,47 @@ class FlowPath:
     updated: float
 
 
-class Collector:
-    """node_names: INT node id → switch name; series: CSV path for the time series (None = off)."""
+class HopLateness:
+    """Per switch, the lateness of each INT hop it stamped: hop latency minus the longest its
+    schedule allows (the q packets it found at enqueue and one more, BMV2_RATE_PKT_BYTES frames at
+    the port's capacity), per 100 ms window into fidelity.csv.
+    windows: switch name → its FidelityWindows (kind "switch")."""
 
-    def __init__(self, node_names: dict[int, str], series: Path | None = None, max_age_s: float = 5.0) -> None:
+    def __init__(self, windows: dict[str, FidelityWindows], pkt_bytes: int = BMV2_RATE_PKT_BYTES) -> None:
+        self.windows = windows
+        self.pkt_bits = pkt_bytes * 8
+
+    def hop(self, switch: str, hop, now: float) -> None:
+        """One hop of `switch`, seen at wall-clock `now`."""
+        windows = self.windows.get(switch)
+        if (windows is None or hop.hop_latency_us == UNKNOWN32 or hop.queue_occupancy_pkts == 0xFFFFFF
+                or not hop.capacity_mbps or hop.capacity_mbps == UNKNOWN32):
+            return
+        # With q packets ahead, departures T apart, a frame leaves at most (q + 1)·T after it came.
+        drain_us = (hop.queue_occupancy_pkts + 1) * self.pkt_bits / hop.capacity_mbps
+        windows.tick(now)
+        windows.events += 1
+        windows.egress_late(max(0.0, (hop.hop_latency_us - drain_us) / 1e6), now)
+
+    def tick(self, now: float) -> None:
+        """Close every window `now` is past (called periodically: a window with no later hop
+        would otherwise stay open)."""
+        for windows in self.windows.values():
+            windows.tick(now)
+
+    def close(self) -> None:
+        for windows in self.windows.values():
+            windows.close()
+
+
+class Collector:
+    """node_names: INT node id → switch name; series: CSV path for the time series (None = off);
+    lateness: the timing monitor fed with the hops of switches that have none of their own."""
+
+    def __init__(self, node_names: dict[int, str], series: Path | None = None, max_age_s: float = 5.0,
+                 lateness: HopLateness | None = None) -> None:
         self.node_names = node_names
+        self.lateness = lateness
         self.max_age_s = max_age_s
         self.ports: dict[tuple[str, int], PortState] = {}
         self.flows: dict[tuple[str, str, int, int, int], FlowPath] = {}
@@ -89,10 +129,13 @@ class Collector:
         self.reports += 1
         self.version += 1
         path = []
+        wall = time.time()
         for hop in stack.hops:
             switch = self.node_names.get(hop.node_id, f"node{hop.node_id}")
             path.append((switch, hop.ingress_port, hop.egress_port))
             self._update_port(switch, hop, now)
+            if self.lateness is not None:
+                self.lateness.hop(switch, hop, wall)
         self.flows[flow] = FlowPath(tuple(reversed(path)), now)
         return stack
 
@@ -144,6 +187,8 @@ class Collector:
         if self._series is not None:
             self._series.close()
             self._series = self._writer = None
+        if self.lateness is not None:
+            self.lateness.close()
 
 
 def decode_report(frame: bytes) -> tuple[IntStack, tuple[str, str, int, int, int]]:

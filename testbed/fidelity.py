@@ -86,7 +86,7 @@ class Verdict:
     worst_source: str = ""
     worst_at: float = 0.0  # wall time of the worst window's start
     loop_worst: dict[str, float] = field(default_factory=dict)  # controller/agents: worst lag (ms)
-    unmonitored: list[str] = field(default_factory=list)  # switches without a timing monitor (BMv2)
+    sampled: list[str] = field(default_factory=list)  # switches timed from INT samples only (BMv2)
 
     @property
     def faithful(self) -> list[int]:
@@ -109,9 +109,9 @@ class Verdict:
         if self.loop_worst:
             who = max(self.loop_worst, key=self.loop_worst.__getitem__)
             text += f"; loop lag worst {self.loop_worst[who]:.1f} ms ({who})"
-        if self.unmonitored:
-            text += (f"; not measured on {', '.join(sorted(self.unmonitored))} "
-                     f"(BMv2 has no timing monitor: its lateness is not in this verdict)")
+        if self.sampled:
+            text += (f"; {', '.join(sorted(self.sampled))} (BMv2) timed from INT samples only "
+                     f"(hop latency beyond the queue; time in the kernel before BMv2 reads a frame unseen)")
         return text
 
     def flagged_lines(self) -> list[str]:
@@ -120,13 +120,13 @@ class Verdict:
 
 
 def verdict(records: Iterable[WindowRecord], t0: float, t1: float, sources: Iterable[str] | None = None,
-            run_start: float | None = None, unmonitored: Iterable[str] = ()) -> Verdict:
+            run_start: float | None = None, sampled: Iterable[str] = ()) -> Verdict:
     """The verdict over wall-clock [t0, t1) for the switches in `sources` (None: every switch);
-    `unmonitored`: switches that write no timing records, named in the verdict's line."""
+    `sampled`: switches timed only from INT samples (BMv2, by the controller), named in the line."""
     wanted = set(sources) if sources is not None else None
     first, last = int(t0 / WINDOW_S), math.ceil(t1 / WINDOW_S)
     result = Verdict(t0, t1, t0 if run_start is None else run_start, list(range(first, last)),
-                     unmonitored=[s for s in unmonitored if wanted is None or s in wanted])
+                     sampled=[s for s in sampled if wanted is None or s in wanted])
     for rec in records:
         if rec.kind == "loop":
             if first <= rec.window < last:

@@ -266,8 +266,8 @@ class Testbed:
 
     def verdict(self, t0: float, t1: float, switches: list[str] | None = None) -> fid.Verdict:
         """Fidelity of wall-clock [t0, t1) on `switches` (default: all), from fidelity.csv."""
-        unmonitored = [name for name, sw in self.switches.items() if sw.kind != "soft"]
-        return fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0, unmonitored)
+        sampled = [name for name, sw in self.switches.items() if sw.kind != "soft"]
+        return fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0, sampled)
 
     def schema_of(self, name: str) -> P4Schema:
         """The P4Info switch `name` runs: p4c's output on BMv2, the committed one on the soft switch

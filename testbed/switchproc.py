@@ -20,6 +20,7 @@ import grpc
 from testbed.ports import port_answers
 from testbed.rundir import PROJECT_ROOT, forget_pid, record_pid
 from wire.cpu import CPU_PORT
+from wire.fidelity import BMV2_RATE_PKT_BYTES
 from wire.proto import p4r, p4r_grpc
 
 FIDELITY_CSV = "fidelity.csv"
@@ -185,7 +186,7 @@ class Bmv2SwitchProcess(SwitchProcess):
     kind = "bmv2"
 
     def __init__(self, *args, thrift_port: int, log_level: str | None = None, pcap_dir: Path | None = None,
-                 mean_pkt_bytes: int = 1500, **kwargs) -> None:
+                 mean_pkt_bytes: int = BMV2_RATE_PKT_BYTES, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.thrift_port = thrift_port
         self.log_level = log_level

@@ -5,6 +5,13 @@ Every process whose timing a result depends on measures how late it was:
 - a soft switch (kind ``switch``): per egress port while its queue is backlogged, each departure
   against the ideal schedule at the port's rate (a frame that could have left at t left at
   t + lateness); per receive batch, now minus the kernel's receive timestamp of the oldest frame;
+- a BMv2 switch (kind ``switch``, written by the controller, which sees it only through INT): per
+  INT hop the switch stamped and a report brought back, its hop latency minus the longest its
+  schedule allows: the q packets it found at enqueue and its own slot, (q + 1) departures at the
+  port's rate (BMv2 drains BMV2_RATE_PKT_BYTES-sized packets per second) — what BMv2 held the
+  packet beyond its queue. Sampled (INT packets that were
+  reported, about one in 8 per flow and at most one per 10 ms), and blind to time a frame waited in
+  the kernel before BMv2 read it, which the soft switch's kernel timestamps see;
 - the controller and each host agent (kind ``loop``): the lag of a periodic wake-up (scheduled vs
   actual), so a late advice can be told from a slow advisor.
 
@@ -33,6 +40,8 @@ from pathlib import Path
 WINDOW_S = 0.1
 LAG_PERIOD_S = 0.01  # loop-lag probes wake this often
 DEFAULT_TOLERANCE_MS = 2.0
+# BMv2 queues drain in packets/s: the testbed converts a link rate at this frame size.
+BMV2_RATE_PKT_BYTES = 1500
 COLUMNS = ("window", "source", "kind", "events", "late_events", "max_late_ms", "late_from", "late_until",
            "ingress_max_ms", "egress_max_ms", "drops")
 HEADER = ",".join(COLUMNS) + "\n"

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
+import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from controller.telemetry import Collector, decode_report
+from controller.telemetry import Collector, HopLateness, decode_report
+from testbed.fidelity import read_records
 from tests.unit.softswitch.test_inband import Fabric, frame_from
+from wire.fidelity import FidelityWindows
 from wire.intmd import DSCP_INT, Hop, IntStack
 
 
@@ -59,3 +64,23 @@ def test_state_ages_out_and_bad_reports_are_counted():
 def test_decode_report_reads_the_five_tuple():
     stack, flow = decode_report(report([hop(1, 2, 3, 4)], sport=4242))
     assert flow == ("10.0.3.1", "10.0.4.1", 17, 4242, 5000) and stack.hops[0].tx_bytes == 3
+
+
+def test_bmv2_hops_are_timed_beyond_their_queue_into_fidelity_windows(tmp_path):
+    """A hop that waited what its queue explains is on time; one held 5 ms more is a late event of
+    5 ms, in the window the report arrived in; switches with their own monitor are not timed."""
+    path = tmp_path / "fidelity.csv"
+    lateness = HopLateness({"s7": FidelityWindows(path, "s7", "switch")})
+    collector = Collector({7: "s7", 8: "s8"}, lateness=lateness)
+    drain_us = (10 + 1) * 1500 * 8 / 20  # 10 queued packets and its own slot at 20 Mbit/s: 6.6 ms
+    t0 = 1_000_000.05
+    with patch("controller.telemetry.time.time", return_value=t0):
+        collector.feed(report([hop(7, 2, 1000, 10, queue=10, latency=int(drain_us + 300))]))
+        collector.feed(report([hop(8, 2, 1000, 10, queue=0, latency=9000)]))  # s8: not ours to time
+    with patch("controller.telemetry.time.time", return_value=t0 + 0.1):
+        collector.feed(report([hop(7, 2, 2000, 20, queue=10, latency=int(drain_us + 5000))]))
+    collector.close()
+    records = read_records(path)
+    assert [(r.source, r.events, r.late_events) for r in records] == [("s7", 1, 0), ("s7", 1, 1)]
+    assert records[0].max_late_ms == pytest.approx(0.3) and records[1].max_late_ms == pytest.approx(5.0)
+    assert records[1].late_from == pytest.approx(t0 + 0.1 - 0.005)

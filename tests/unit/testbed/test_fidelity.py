@@ -76,10 +76,10 @@ def test_verdict_names_the_worst_switch_and_counts_faithful_windows(path):
     assert verdict(records, T0, T0 + 1.0, sources=["s1"]).fraction == 1.0  # s3 is not on this path
     assert recent(records, T0 + 1.0, 0.65)["s3"]["late_windows"] == 1
     assert recent(records, T0 + 1.0, 0.45)["s3"]["late_windows"] == 0
-    # A BMv2 switch writes no records: the verdict says so instead of counting it as faithful.
-    bmv2 = verdict(records, T0, T0 + 1.0, sources=["s1", "s5"], unmonitored=["s5", "s6"])
-    assert bmv2.line().endswith("; not measured on s5 (BMv2 has no timing monitor: its lateness is not "
-                                "in this verdict)")
+    # A BMv2 switch is timed from INT samples only: the verdict says so.
+    bmv2 = verdict(records, T0, T0 + 1.0, sources=["s1", "s5"], sampled=["s5", "s6"])
+    assert bmv2.line().endswith("; s5 (BMv2) timed from INT samples only (hop latency beyond the queue; "
+                                "time in the kernel before BMv2 reads a frame unseen)")
 
 
 def test_a_truncated_last_line_is_skipped(path):
