@@ -36,7 +36,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 run: deps
-	$(PY) -m testbed run --topo $(TOPO) --dataplane $(DATAPLANE) --mode $(MODE)
+	$(PY) -m testbed run --topo $(TOPO) --dataplane $(DATAPLANE) --mode $(MODE) $(if $(LINK_MBPS),--link-mbps $(LINK_MBPS))
 
 test: deps
 	$(PY) -m pytest tests

@@ -37,6 +37,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     setLogLevel("info")
     try:
         topo = topology_by_name(args.topo)
+        if args.link_mbps is not None:
+            topo = topo.scaled(args.link_mbps)
         bmv2_options = {"log_level": args.bmv2_log}
         tb = Testbed(topo, dataplane=args.dataplane, bmv2_options=bmv2_options, int_sample_log2=args.int_sample_log2,
                      mode=args.mode)
@@ -65,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="bring up a testbed and open the CLI")
     run.add_argument("--topo", default="leafspine")
     run.add_argument("--dataplane", default="auto")
+    run.add_argument("--link-mbps", type=float, metavar="MBPS",
+                     help="every link at this rate instead of the topology's (e.g. 10 on a standard BMv2 build)")
     run.add_argument("--bmv2-log", metavar="LEVEL", help="BMv2 logging (trace|debug|info|...); off by default")
     run.add_argument("--pcap", action="store_true", help="BMv2: write per-port pcaps into the run directory")
     run.add_argument("--mode", default="none", choices=("none", "ecn", "advice"),

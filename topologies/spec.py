@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,15 @@ class Topology:
             if {link.a, link.b} == {a, b}:
                 return link
         raise TopologyError(f"no link between {a} and {b}")
+
+    def scaled(self, capacity_mbps: float) -> Topology:
+        """This topology with every link at capacity_mbps (`--link-mbps`): the same experiment at a
+        rate the data plane can keep faithful (a standard BMv2 build, see README)."""
+        if not (isinstance(capacity_mbps, int | float) and math.isfinite(capacity_mbps) and capacity_mbps > 0):
+            raise TopologyError(f"link rate must be a positive number of Mbit/s, got {capacity_mbps!r}")
+        return Topology(self.name, list(self.switches), list(self.hosts),
+                        [replace(link, capacity_mbps=capacity_mbps) for link in self.links],
+                        {**self.defaults, "capacity_mbps": capacity_mbps})
 
     def to_dict(self) -> dict[str, Any]:
         return {

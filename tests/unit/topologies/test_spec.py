@@ -117,3 +117,17 @@ def test_non_utf8_file_is_a_topology_error(tmp_path):
     path.write_bytes("name: caf\xe9\n".encode("latin-1"))
     with pytest.raises(TopologyError, match="not UTF-8"):
         load_topology(path)
+
+
+def test_scaled_sets_every_link_rate_and_keeps_the_rest():
+    topo = leafspine()
+    slow = topo.scaled(10)
+    assert {link.capacity_mbps for link in slow.links} == {10}
+    def shape(t):
+        return [(k.a, k.b, k.a_port, k.b_port, k.queue_pkts) for k in t.links]
+
+    assert shape(slow) == shape(topo)
+    assert {link.capacity_mbps for link in topo.links} == {20}  # the original is untouched
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(TopologyError, match="link rate"):
+            topo.scaled(bad)
