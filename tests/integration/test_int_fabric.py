@@ -22,7 +22,7 @@ from topologies import leafspine
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 
 HERE = Path(__file__).resolve().parent
-UDP_PORT, TCP_PORT, SPORT = 7777, 7778, 40000
+UDP_PORT, TCP_PORT, LOCAL_UDP_PORT, SPORT = 7777, 7778, 7779, 40000
 # INT starts on 1 in 8 packets. Soft switches draw from an RNG seeded with their device id, so which
 # of the 64 are sampled is the same every run; BMv2's random() is unseeded: P(none) = (7/8)^64 ≈ 2e-4.
 DATAGRAMS = 64
@@ -124,15 +124,16 @@ def test_flow_within_one_leaf_is_reported_with_its_one_hop(fabric):
     report (one hop, s4 port 2 → port 1) is what lets the advisor see flows that share only the
     receiver's port. BMv2 used to skip it: its report clone is made at ingress, before INT exists."""
     h6, h5 = fabric.host("h6"), fabric.host("h5")
-    out = capture(fabric, "h5", UDP_PORT + 1, DATAGRAMS, 10)
-    h6.cmd(f"{sys.executable} {UDP_SENDER} {h5.IP()} {SPORT} {DATAGRAMS} {UDP_PORT + 1}")
+    out = capture(fabric, "h5", LOCAL_UDP_PORT, DATAGRAMS, 10)
+    # 1 ms apart: h6 and h5 share s4 only, and 64 small frames at once fill a 64-packet BMv2 queue.
+    h6.cmd(f"{sys.executable} {UDP_SENDER} {h5.IP()} {SPORT} {DATAGRAMS} {LOCAL_UDP_PORT} 1")
     frames = captured(out, 15)
     assert len(frames) == DATAGRAMS
     for frame in frames:  # source and sink on one switch: INT added and stripped, bytes as sent
         packet = Ether(frame)
         assert packet[IP].tos == 0 and packet[IP].len == 20 + 8 + 100 and packet[UDP].len == 108
         assert bytes(packet[UDP].payload) == b"x" * 100
-    key = (h6.IP(), h5.IP(), 17, SPORT, UDP_PORT + 1)
+    key = (h6.IP(), h5.IP(), 17, SPORT, LOCAL_UDP_PORT)
 
     def reported():
         state = get_state(fabric.run_dir, include_flows=True)
