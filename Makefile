@@ -62,12 +62,17 @@ bench: deps
 	$(PY) bench/advisor_scale.py
 	$(PY) bench/advice_latency.py
 
+# ruff, and mypy on the packages (untyped defs refused; config in pyproject.toml). Part of `make test`.
 lint: deps
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
-# The advice API's generated code, committed beside wire/advice.proto (a unit test checks it matches).
+# The advice API's generated code and its type stubs (mypy-protobuf), committed beside
+# wire/advice.proto (a unit test checks they match).
 proto: deps
-	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. wire/advice.proto
+	$(PY) -m grpc_tools.protoc -I. --plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy \
+	  --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc \
+	  --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. wire/advice.proto
 
 clean:
 	@if [ -x $(PY) ]; then $(PY) -m testbed clean; else echo "nothing to clean (no venv)"; fi

@@ -1,11 +1,12 @@
 """The advice loop: demands from INT and from workloads → advisor → per-host rate advice streams.
 
-Every `interval_s` (default 1 ms of wall time) the loop looks at its inputs — the collector's
-flows, paths and queues, and the declared demands — and when any changed (a new report, a
-congested report, a flow that ended, a declaration) it recomputes the advice, sends each host only
-what changed (plus a refresh before advice would expire), and logs every decision to
-``advice.csv`` in the run directory. Modes: ``none`` and ``ecn`` send no advice (hosts run at line
-rate; in ``ecn`` their TCP negotiates ECN), ``advice`` runs this loop.
+The loop wakes when its inputs change — the collector's flows, paths and queues (its change
+listener: a new report, a congested report, expired state) or the declared demands — and when a
+refresh is due; it recomputes the advice at most once per `interval_s` (default 1 ms), sends each
+host only what changed (plus a refresh before advice would expire), and logs every decision to
+``advice.csv`` in the run directory. It reads the collector only through its snapshots. Modes:
+``none`` and ``ecn`` send no advice (hosts run at line rate; in ``ecn`` their TCP negotiates ECN),
+``advice`` runs this loop.
 """
 
 from __future__ import annotations
@@ -17,17 +18,20 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from controller.advisor import AdvisorParams, Demand, LinkState, advise, changed
-from controller.telemetry import Collector
+from controller.telemetry import Collector, TelemetrySnapshot
 from topologies.addressing import AddressPlan
-from topologies.spec import Topology
+from topologies.spec import LinkId, Topology, egress_link, nic_link
 
 log = logging.getLogger("controller.advice")
+T = TypeVar("T")
 
 MODES = ("none", "ecn", "advice")
 FLOW_TIMEOUT_S = 1.0  # a flow without INT reports for this long is over
 SUBSCRIBER_QUEUE = 4096
+IDLE_WAKE_S = 0.1  # with nothing changing, the loop still looks this often (expiring flows, refreshes)
 DEFAULT_PARAMS = AdvisorParams()
 
 
@@ -68,13 +72,9 @@ class AdviceLoop:
         self._writer = csv.writer(self._series)
         if self._series.tell() == 0:
             self._writer.writerow(["time", "epoch", "src", "dst", "rate_bps", "reason"])
-        self.capacity: dict = {}
-        for link in topo.links:
-            for node in (link.a, link.b):
-                if topo.is_host(node):
-                    self.capacity[("nic", node)] = link.capacity_mbps * 1e6
-                else:
-                    self.capacity[(node, link.port_of(node))] = link.capacity_mbps * 1e6
+        self.capacity: dict[LinkId, float] = topo.link_capacities_bps()
+        self._wake = asyncio.Event()  # set by the collector's change listener and by declarations
+        collector.on_change(self._wake.set)
 
     # ---- requests -----------------------------------------------------------------------------
     def register(self, name: str, ip: str) -> None:
@@ -116,6 +116,7 @@ class AdviceLoop:
             self.declared.pop((src, dst), None)
         else:
             self.declared[(src, dst)] = Declared(src, dst, weight or 1.0, float(rate_bps) if rate_bps else None)
+        self._wake.set()
         return len(self.declared)
 
     def set_mode(self, mode: str) -> None:
@@ -131,16 +132,18 @@ class AdviceLoop:
         if mode != "advice":
             self._send({key: 0.0 for key in self.sent}, "clear")
             self.sent.clear()
+        self._inputs_seen = None  # decide afresh in the new mode
+        self._wake.set()
 
     # ---- the loop -----------------------------------------------------------------------------
-    def demands(self, now: float) -> list[Demand]:
+    def demands(self, now: float, snap: TelemetrySnapshot) -> list[Demand]:
         pairs: dict[tuple[str, str], dict] = {}
-        for (src, dst, _proto, _sport, _dport), flow in self.collector.flows.items():
+        for (src, dst, _proto, _sport, _dport), flow in snap.flows.items():
             if now - flow.updated > FLOW_TIMEOUT_S or src not in self.host_by_ip or dst not in self.host_by_ip:
                 continue
             entry = pairs.setdefault((src, dst), {"flows": 0, "links": None})
             entry["flows"] += 1  # kept for the log; shares are per host pair (a control connection is a flow too)
-            entry["links"] = (("nic", self.host_by_ip[src]),) + tuple((sw, out) for sw, _, out in flow.hops)
+            entry["links"] = (nic_link(self.host_by_ip[src]),) + tuple(egress_link(sw, out) for sw, _, out in flow.hops)
         out = []
         for key in set(pairs) | set(self.declared):
             src, dst = key
@@ -151,17 +154,17 @@ class AdviceLoop:
             out.append(Demand(src, dst, links, weight, declared.cap_bps if declared else None))
         return out
 
-    def _edge_links(self, src: str, dst: str) -> tuple:
+    def _edge_links(self, src: str, dst: str) -> tuple[LinkId, ...]:
         """The links a pair surely uses whatever ECMP picks: the source NIC and the destination's leaf port."""
         address = self.plan.hosts[self.host_by_ip[dst]]
-        return (("nic", self.host_by_ip[src]), (address.switch, address.switch_port))
+        return (nic_link(self.host_by_ip[src]), egress_link(address.switch, address.switch_port))
 
-    def link_states(self, now: float) -> dict:
+    def link_states(self, now: float, snap: TelemetrySnapshot) -> dict[LinkId, LinkState]:
         states = {}
         for link, capacity in self.capacity.items():
-            port = self.collector.ports.get(link) if link[0] != "nic" else None
-            fresh = port is not None and now - port.updated <= FLOW_TIMEOUT_S
-            states[link] = LinkState(capacity, port.standing_queue_pkts if fresh else 0.0)
+            port = snap.ports.get(link)  # None for a NIC: hosts send no INT of their own
+            queue = port.standing_queue_pkts if port is not None and now - port.updated <= FLOW_TIMEOUT_S else 0.0
+            states[link] = LinkState(capacity, queue)
         return states
 
     def step(self, now: float | None = None) -> dict[tuple[str, str], float]:
@@ -169,13 +172,14 @@ class AdviceLoop:
         now = time.monotonic() if now is None else now
         if self.mode != "advice":
             return {}
-        inputs = (self.collector.version, len(self.declared), tuple(sorted(self.declared)))
+        snap = self.collector.snapshot()
+        inputs = (snap.version, len(self.declared), tuple(sorted(self.declared)))
         refresh_due = [k for k, t in self.sent_at.items() if now - t > self.valid_ms / 2000]
         if inputs == self._inputs_seen and not refresh_due:
             return {}
         self._inputs_seen = inputs
-        demands = self.demands(now)
-        advice = advise(demands, self.link_states(now), self.params) if demands else {}
+        demands = self.demands(now, snap)
+        advice = advise(demands, self.link_states(now, snap), self.params) if demands else {}
         to_send = changed(advice, self.sent, self.tolerance)
         gone = {key: 0.0 for key in self.sent if key not in advice}
         refresh = {key: advice[key] for key in refresh_due if key in advice and key not in to_send}
@@ -193,22 +197,38 @@ class AdviceLoop:
     def _send(self, advice: dict[tuple[str, str], float], reason: str) -> None:
         now_wall, now = time.time(), time.monotonic()
         for (src, dst), rate in advice.items():
-            host = self.host_by_ip.get(src)
+            host = self.host_by_ip.get(src, "")
             for queue in self.subscribers.get(host, []):
                 _put(queue, ("advice", dst, rate))
             self.sent_at[(src, dst)] = now
             self.decisions += 1
             self._writer.writerow([f"{now_wall:.6f}", self.epoch, src, dst, int(rate), reason])
 
+    def _next_refresh_in(self, now: float) -> float:
+        """Seconds until the first advice in force needs its refresh (IDLE_WAKE_S if none)."""
+        if not self.sent_at:
+            return IDLE_WAKE_S
+        due = min(self.sent_at.values()) + self.valid_ms / 2000
+        return min(IDLE_WAKE_S, max(0.0, due - now))
+
     async def run(self, stopping: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
         while not stopping.is_set():
+            started = loop.time()
+            self._wake.clear()
             try:
                 self.step()
             except (KeyError, ValueError) as exc:
                 log.warning("advisor: %s", exc)
-            await asyncio.sleep(self.interval_s)
             if self.decisions and self.decisions % 64 == 0:
                 self._series.flush()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._next_refresh_in(time.monotonic()))
+            except TimeoutError:
+                pass
+            rest = self.interval_s - (loop.time() - started)  # at most one decision per interval_s
+            if rest > 0:
+                await asyncio.sleep(rest)
 
     def close(self) -> None:
         self._series.close()
@@ -221,7 +241,7 @@ def _check_ip(value: str, field_name: str) -> None:
         raise AdviceError(f"{field_name}: {value!r} is not an IPv4 address") from None
 
 
-def _put(queue: asyncio.Queue, item) -> None:
+def _put(queue: asyncio.Queue[T], item: T) -> None:
     try:
         queue.put_nowait(item)
     except asyncio.QueueFull:  # a stuck subscriber loses the oldest update, not the controller

@@ -7,7 +7,7 @@ horizon, so a measured queue empties within one interval — never less than `mi
 capacity. Water-filling then raises every unfrozen demand's rate by weight × level until a link is
 full or a demand reaches its cap; those demands freeze and the rest go on.
 
-    links: {link id: LinkState(capacity_bps, queue_pkts)}
+    links: {link id: LinkState(capacity_bps, queue_pkts)}  (any hashable id; the controller uses topologies.spec.LinkId)
     demands: [Demand(src, dst, links=(link ids…), weight, cap_bps)]
     advise(demands, links, params) → {(src, dst): rate_bps}
 """
@@ -15,8 +15,9 @@ full or a demand reaches its cap; those demands freeze and the rest go on.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 EPS = 1e-9
 
@@ -60,7 +61,7 @@ def offered_capacity(link: LinkState, params: AdvisorParams) -> float:
     return max(link.capacity_bps * params.eta - drain_bps, link.capacity_bps * params.min_share)
 
 
-def water_fill(demands: Sequence[Demand], capacity: dict[Hashable, float]) -> list[float]:
+def water_fill(demands: Sequence[Demand], capacity: Mapping[Any, float]) -> list[float]:
     """Weighted max-min fair rates (bit/s), one per demand, for links of the given capacity."""
     n = len(demands)
     rates = [0.0] * n
@@ -105,7 +106,7 @@ def water_fill(demands: Sequence[Demand], capacity: dict[Hashable, float]) -> li
     return rates
 
 
-def advise(demands: Sequence[Demand], links: dict[Hashable, LinkState],
+def advise(demands: Sequence[Demand], links: Mapping[Any, LinkState],
            params: AdvisorParams | None = None) -> dict[tuple[str, str], float]:
     """Advised rate (bit/s) per (source host, destination): the sum of its demands' fair rates."""
     params = params or AdvisorParams()

@@ -28,7 +28,7 @@ from controller.advice import MODES, AdviceLoop
 from controller.advisor import AdvisorParams
 from controller.p4rt_client import SwitchError, SwitchSession
 from controller.program import INT_SAMPLE_LOG2, switch_program
-from controller.routing import compute_routes
+from controller.routing import Route, compute_routes
 from controller.service import start_server
 from controller.telemetry import Collector, HopLateness
 from topologies.addressing import AddressPlan
@@ -88,7 +88,7 @@ class Controller:
         return SwitchSession(name, sw["grpc"], sw["device_id"], self._schema(name),
                              request_log=self.run_dir / "p4runtime-requests.log")
 
-    async def program(self, session: SwitchSession, routes) -> int:
+    async def program(self, session: SwitchSession, routes: list[Route]) -> int:
         device_config = self.switch_info[session.name].get("device_config")
         await session.set_pipeline(Path(device_config).read_bytes() if device_config else b"")
         updates = switch_program(session.schema, self.topo, self.plan, session.name, routes, self.int_sample_log2)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import grpc
 from google.protobuf import text_format
+from google.protobuf.message import Message
 
 from wire.p4info import P4Schema, decode_value, encode_value
 from wire.proto import p4r, p4r_grpc, rpc_code, rpc_status
@@ -83,7 +84,7 @@ class SwitchSession:
     def _election(self) -> p4r.Uint128:
         return p4r.Uint128(high=self.election_id >> 64, low=self.election_id & ((1 << 64) - 1))
 
-    def _log(self, what: str, message) -> None:
+    def _log(self, what: str, message: Message) -> None:
         if self.request_log:
             body = text_format.MessageToString(message, as_one_line=True)
             self.request_log.write(f"{time.time():.6f} {self.name} {what} {body}\n")
@@ -120,7 +121,7 @@ class SwitchSession:
         request.arbitration.election_id.CopyFrom(self._election())
         await self._outbox.put(request)
 
-    async def _requests(self):
+    async def _requests(self) -> AsyncIterator[p4r.StreamMessageRequest]:
         while True:
             message = await self._outbox.get()
             if message is None:

@@ -9,7 +9,7 @@ port), then the ipv4_lpm routes that point at them.
 from __future__ import annotations
 
 from controller import entities as ent
-from controller.routing import port_configs
+from controller.routing import Route, port_configs
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
 from wire.cpu import CPU_PORT, REPORT_SESSION, ROLE_HOST
@@ -21,7 +21,7 @@ INT_SAMPLE_LOG2 = 3  # default: INT on 1 in 8 packets of every host TCP/UDP flow
 
 
 def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: str,
-                   routes, int_sample_log2: int | None = INT_SAMPLE_LOG2) -> list[p4r.Update]:
+                   routes: list[Route], int_sample_log2: int | None = INT_SAMPLE_LOG2) -> list[p4r.Update]:
     """All updates that program `switch` from scratch, in dependency order."""
     updates: list[p4r.Update] = [
         ent.modify(ent.default_entry(schema, "StarEgress.int_node",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import grpc
 
@@ -13,12 +15,15 @@ from wire import advice_pb2 as pb
 from wire import advice_pb2_grpc as pb_grpc
 
 SOCKET_NAME = "controller.sock"
+T = TypeVar("T")
 
 
 def state_message(collector: Collector, request: pb.GetStateRequest, now: float | None = None) -> pb.State:
     now = time.monotonic() if now is None else now
-    state = pb.State(reports=collector.reports, bad_reports=collector.bad_reports)
-    for (switch, port), s in sorted(collector.ports.items()):
+    snap = collector.snapshot()
+    state = pb.State(reports=snap.reports, bad_reports=snap.bad_reports)
+    for s in sorted(snap.ports.values(), key=lambda p: (p.switch, p.port)):
+        switch, port = s.switch, s.port
         if (request.switch and switch != request.switch) or (request.port and port != request.port):
             continue
         message = state.ports.add(switch=switch, port=port, queue_pkts=s.queue_pkts, hop_latency_us=s.hop_latency_us,
@@ -28,13 +33,13 @@ def state_message(collector: Collector, request: pb.GetStateRequest, now: float 
             message.tx_rate_mbps = s.tx_rate_mbps
             message.utilisation = s.utilisation or 0.0
     if request.include_flows:
-        for (src, dst, proto, sport, dport), flow in sorted(collector.flows.items()):
+        for (src, dst, proto, sport, dport), flow in sorted(snap.flows.items()):
             if request.switch and all(h[0] != request.switch for h in flow.hops):
                 continue
-            message = state.flows.add(src=src, dst=dst, protocol=proto, src_port=sport, dst_port=dport,
-                                      age_s=now - flow.updated)
+            flow_message = state.flows.add(src=src, dst=dst, protocol=proto, src_port=sport, dst_port=dport,
+                                           age_s=now - flow.updated)
             for switch, in_port, out_port in flow.hops:
-                message.hops.add(switch=switch, ingress_port=in_port, egress_port=out_port)
+                flow_message.hops.add(switch=switch, ingress_port=in_port, egress_port=out_port)
     return state
 
 
@@ -45,11 +50,12 @@ class AdviceService(pb_grpc.AdviceServicer):
         self.collector = collector
         self.loop = loop
 
-    async def Register(self, request: pb.HostInfo, context) -> pb.RegisterReply:  # noqa: N802
+    async def Register(self, request: pb.HostInfo, context: grpc.aio.ServicerContext) -> pb.RegisterReply:  # noqa: N802
         await self._call(context, self.loop.register, request.name, request.ip)
         return pb.RegisterReply(mode=self.loop.mode, valid_ms=self.loop.valid_ms)
 
-    async def Subscribe(self, request: pb.SubscribeRequest, context):  # noqa: N802
+    async def Subscribe(self, request: pb.SubscribeRequest,  # noqa: N802
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AdviceUpdate]:
         queue = await self._call(context, self.loop.subscribe, request.host)
         try:
             while True:
@@ -62,16 +68,16 @@ class AdviceService(pb_grpc.AdviceServicer):
         finally:
             self.loop.unsubscribe(request.host, queue)
 
-    async def DeclareDemand(self, request: pb.DemandRequest, context) -> pb.DemandReply:  # noqa: N802
+    async def DeclareDemand(self, request: pb.DemandRequest, context: grpc.aio.ServicerContext) -> pb.DemandReply:  # noqa: N802
         rate = request.rate_bps if request.WhichOneof("size") == "rate_bps" else None
         active = await self._call(context, self.loop.declare, request.src, request.dst, rate, request.weight,
                                   request.stop)
         return pb.DemandReply(active_demands=active)
 
-    async def GetState(self, request: pb.GetStateRequest, context) -> pb.State:  # noqa: N802
+    async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.State:  # noqa: N802
         return state_message(self.collector, request)
 
-    async def GetAdvice(self, request: pb.GetAdviceRequest, context) -> pb.AdviceTable:  # noqa: N802
+    async def GetAdvice(self, request: pb.GetAdviceRequest, context: grpc.aio.ServicerContext) -> pb.AdviceTable:  # noqa: N802
         now = time.monotonic()
         table = pb.AdviceTable(mode=self.loop.mode, decisions=self.loop.decisions)
         host_ip = self.loop.plan.hosts[request.host].ip if request.host in self.loop.plan.hosts else None
@@ -83,12 +89,12 @@ class AdviceService(pb_grpc.AdviceServicer):
                                   age_s=now - self.loop.sent_at.get((src, dst), now))
         return table
 
-    async def SetMode(self, request: pb.ModeRequest, context) -> pb.ModeReply:  # noqa: N802
+    async def SetMode(self, request: pb.ModeRequest, context: grpc.aio.ServicerContext) -> pb.ModeReply:  # noqa: N802
         await self._call(context, self.loop.set_mode, request.mode)
         return pb.ModeReply(mode=self.loop.mode)
 
     @staticmethod
-    async def _call(context, method, *args):
+    async def _call(context: grpc.aio.ServicerContext, method: Callable[..., T], *args: Any) -> T:
         try:
             return method(*args)
         except AdviceError as exc:

@@ -6,6 +6,10 @@ The tx rate is the wrap-safe byte delta over the timestamp delta of two reports 
 port; utilisation is that rate over the port's capacity. State older than `max_age_s` is dropped.
 Every update is appended to a CSV time series in the run directory.
 
+Readers (the advice loop, the gRPC API) see the collector through snapshot(): an immutable view
+of every port and flow at one version, and on_change() listeners called after every accepted
+report, so they react to changes instead of polling and never touch the collector's own state.
+
 HopLateness is the timing monitor of switches that have none of their own (BMv2): from the hops
 they stamp, what they held a packet beyond its queue, into fidelity.csv (wire/fidelity.py).
 """
@@ -15,11 +19,14 @@ from __future__ import annotations
 import csv
 import time
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
+from topologies.spec import LinkId, egress_link
 from wire.fidelity import BMV2_RATE_PKT_BYTES, FidelityWindows
-from wire.intmd import DSCP_INT, UNKNOWN32, IntFormatError, IntStack, l4_header_length, parse
+from wire.intmd import DSCP_INT, UNKNOWN32, Hop, IntFormatError, IntStack, l4_header_length, parse
 
 # The rate is taken over at least this much switch time: at 20 Mbit/s, 20 ms is ~33 full-size
 # frames, so one frame more or less between two reports moves the rate by ~3%, not by 60% as over 1 ms.
@@ -55,11 +62,40 @@ class PortState:
 
 
 @dataclass(frozen=True)
+class PortView:
+    """One switch egress port as the collector last saw it (times: the collector's monotonic clock)."""
+
+    switch: str
+    port: int
+    queue_pkts: int
+    standing_queue_pkts: int
+    hop_latency_us: int
+    capacity_mbps: int
+    tx_rate_mbps: float | None
+    utilisation: float | None
+    updated: float
+
+
+@dataclass(frozen=True)
 class FlowPath:
     """The last path a flow's INT showed: (switch, ingress port, egress port) from source to sink."""
 
     hops: tuple[tuple[str, int, int], ...]
     updated: float
+
+
+FlowKey = tuple[str, str, int, int, int]  # src ip, dst ip, IP protocol, src port, dst port
+
+
+@dataclass(frozen=True)
+class TelemetrySnapshot:
+    """The collector at one version: read-only mappings, safe to keep while reports arrive."""
+
+    version: int
+    reports: int
+    bad_reports: int
+    ports: Mapping[LinkId, PortView]
+    flows: Mapping[FlowKey, FlowPath]
 
 
 class HopLateness:
@@ -72,7 +108,7 @@ class HopLateness:
         self.windows = windows
         self.pkt_bits = pkt_bytes * 8
 
-    def hop(self, switch: str, hop, now: float) -> None:
+    def hop(self, switch: str, hop: Hop, now: float) -> None:
         """One hop of `switch`, seen at wall-clock `now`."""
         windows = self.windows.get(switch)
         if (windows is None or hop.hop_latency_us == UNKNOWN32 or hop.queue_occupancy_pkts == 0xFFFFFF
@@ -104,11 +140,13 @@ class Collector:
         self.node_names = node_names
         self.lateness = lateness
         self.max_age_s = max_age_s
-        self.ports: dict[tuple[str, int], PortState] = {}
-        self.flows: dict[tuple[str, str, int, int, int], FlowPath] = {}
+        self._ports: dict[LinkId, PortState] = {}
+        self._flows: dict[FlowKey, FlowPath] = {}
         self.reports = 0
         self.bad_reports = 0
-        self.version = 0  # changes with every accepted report: consumers recompute when it moved
+        self.version = 0  # changes with every accepted report (and every expiry that removed state)
+        self._snapshot: TelemetrySnapshot | None = None
+        self._listeners: list[Callable[[], None]] = []
         self._series = None
         self._writer = None
         if series is not None:
@@ -127,7 +165,6 @@ class Collector:
             self.bad_reports += 1
             return None
         self.reports += 1
-        self.version += 1
         path = []
         wall = time.time()
         for hop in stack.hops:
@@ -136,14 +173,35 @@ class Collector:
             self._update_port(switch, hop, now)
             if self.lateness is not None:
                 self.lateness.hop(switch, hop, wall)
-        self.flows[flow] = FlowPath(tuple(reversed(path)), now)
+        self._flows[flow] = FlowPath(tuple(reversed(path)), now)
+        self._changed()
         return stack
 
-    def _update_port(self, switch: str, hop, now: float) -> None:
-        key = (switch, hop.egress_port)
-        state = self.ports.get(key)
+    # ---- the read API ---------------------------------------------------------------------------
+    def snapshot(self) -> TelemetrySnapshot:
+        """Every port and flow at the current version (built once per version)."""
+        if self._snapshot is None or self._snapshot.version != self.version:
+            ports = {key: PortView(s.switch, s.port, s.queue_pkts, s.standing_queue_pkts, s.hop_latency_us,
+                                   s.capacity_mbps, s.tx_rate_mbps, s.utilisation, s.updated)
+                     for key, s in self._ports.items()}
+            self._snapshot = TelemetrySnapshot(self.version, self.reports, self.bad_reports,
+                                               MappingProxyType(ports), MappingProxyType(dict(self._flows)))
+        return self._snapshot
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener` (no arguments, on the feeding thread) after every change of version."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        self.version += 1
+        for listener in self._listeners:
+            listener()
+
+    def _update_port(self, switch: str, hop: Hop, now: float) -> None:
+        key = egress_link(switch, hop.egress_port)
+        state = self._ports.get(key)
         if state is None:
-            state = self.ports[key] = PortState(switch, hop.egress_port)
+            state = self._ports[key] = PortState(switch, hop.egress_port)
         if hop.queue_occupancy_pkts != 0xFFFFFF:
             state.queue_pkts = hop.queue_occupancy_pkts
             recent = state._recent
@@ -153,7 +211,7 @@ class Collector:
         if hop.hop_latency_us != UNKNOWN32:
             state.hop_latency_us = hop.hop_latency_us
         state.capacity_mbps = hop.capacity_mbps
-        if state._ts_us is not None and hop.egress_ts_us > state._ts_us:
+        if state._ts_us is not None and state._tx_bytes is not None and hop.egress_ts_us > state._ts_us:
             interval = hop.egress_ts_us - state._ts_us
             if interval >= MIN_RATE_INTERVAL_US:
                 sent = (hop.tx_bytes - state._tx_bytes) % (1 << 32)  # wrap-safe
@@ -171,12 +229,14 @@ class Collector:
     def expire(self, now: float | None = None) -> int:
         """Drop state not refreshed within max_age_s; return how many entries went."""
         now = time.monotonic() if now is None else now
-        stale = [k for k, s in self.ports.items() if now - s.updated > self.max_age_s]
+        stale = [k for k, s in self._ports.items() if now - s.updated > self.max_age_s]
         for key in stale:
-            del self.ports[key]
-        old_flows = [k for k, f in self.flows.items() if now - f.updated > self.max_age_s]
-        for key in old_flows:
-            del self.flows[key]
+            del self._ports[key]
+        old_flows = [k for k, f in self._flows.items() if now - f.updated > self.max_age_s]
+        for flow in old_flows:
+            del self._flows[flow]
+        if stale or old_flows:
+            self._changed()
         return len(stale) + len(old_flows)
 
     def flush(self) -> None:

@@ -17,7 +17,9 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 from softswitch.dataplane import DataPlane, PortSpec
 from softswitch.p4rt_server import DEFAULT_MAX_STREAMS, Device, P4RuntimeService, serve
@@ -28,8 +30,8 @@ from wire.fidelity import DEFAULT_TOLERANCE_MS, FidelityWindows
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 
 
-def _port_map(values: list[str], option: str, cast) -> dict[int, float]:
-    out = {}
+def _port_map(values: list[str], option: str, cast: Callable[[str], float]) -> dict[int, float]:
+    out: dict[int, float] = {}
     for value in values:
         port, sep, amount = value.partition("=")
         try:
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     log.info("device %d: %d ports, P4Runtime on %s", args.device_id, len(ports), args.grpc_server_addr)
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         dataplane.stop()
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -107,7 +107,7 @@ class EgressQueue:
             self.max_qdepth = 1
         return 0
 
-    def _transmit(self, frame, now: float) -> bool:
+    def _transmit(self, frame: bytes | bytearray | IntPending, now: float) -> bool:
         if frame.__class__ is IntPending:
             if self.int_egress is None:
                 frame = frame.frame

@@ -104,7 +104,7 @@ class Pipeline:
                 state.counter_sync.append(sync)
         self._state_changed()
 
-    def add_counter_sync(self, sync) -> None:
+    def add_counter_sync(self, sync: Callable[[], None]) -> None:
         """Register the data plane's counter flush with this and every later runtime state."""
         self.counter_sync.append(sync)
         self.state.counter_sync.append(sync)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import grpc
 from mininet.cli import CLI
 
@@ -10,6 +12,9 @@ from testbed.fidelity import read_records, recent
 from testbed.net import Testbed
 from testbed.p4read import drop_reasons
 from testbed.traffic import iperf3_tcp
+
+if TYPE_CHECKING:
+    from wire import advice_pb2_grpc as pb_grpc
 
 FIDELITY_SECONDS = 10.0
 
@@ -31,7 +36,7 @@ def banner(tb: Testbed) -> str:
 class StarNetCLI(CLI):
     prompt = "mininet> "
 
-    def __init__(self, tb: Testbed, **kwargs) -> None:
+    def __init__(self, tb: Testbed, **kwargs: Any) -> None:
         self.tb = tb
         assert tb.net is not None
         tb.net.stdout_banner = banner(tb)
@@ -96,7 +101,7 @@ class StarNetCLI(CLI):
             self.stdout.write(f"  {proto} {f.src}:{f.src_port} -> {f.dst}:{f.dst_port}  {path}"
                               f"  ({f.age_s:.1f} s ago)\n")
 
-    def _stub(self):
+    def _stub(self) -> tuple[grpc.Channel, pb_grpc.AdviceStub]:
         from controller.service import channel
         from wire import advice_pb2_grpc as pb_grpc
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from google.protobuf import text_format
+from google.protobuf.message import Message
 
 from controller.service import channel as controller_channel
 from controller.service import get_state
@@ -20,10 +22,13 @@ from wire import advice_pb2_grpc as pb_grpc
 from wire.p4info import P4Schema
 from wire.proto import p4r
 
+if TYPE_CHECKING:
+    from testbed.net import Testbed
+
 READ_TIMEOUT_S = 3.0
 
 
-def _line(message) -> str:
+def _line(message: Message) -> str:
     return text_format.MessageToString(message, as_one_line=True)
 
 
@@ -73,7 +78,7 @@ def controller_dump(run_dir: Path) -> list[str]:
     return lines
 
 
-def dump_fabric(tb, path: Path, reason: str = "") -> Path:
+def dump_fabric(tb: Testbed, path: Path, reason: str = "") -> Path:
     """Write the fabric's state to `path` (text); never raises for an unreachable component."""
     schema = P4Schema.load()
     lines = [f"# dump of {tb.run_dir} at {time.strftime('%Y-%m-%d %H:%M:%S')}" + (f": {reason}" if reason else "")]

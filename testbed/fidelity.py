@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from wire.fidelity import WINDOW_S
 
@@ -154,7 +155,7 @@ def drops_by_window(records: Iterable[WindowRecord], source: str) -> dict[int, i
 def recent(records: Iterable[WindowRecord], now: float, seconds: float) -> dict[str, dict[str, float]]:
     """Per source over the last `seconds`: windows seen, late windows, worst ms, events (CLI `fidelity`)."""
     since = int((now - seconds) / WINDOW_S)
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for rec in records:
         if rec.window < since:
             continue

@@ -120,7 +120,7 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
     return result
 
 
-def pacing_cleared(tb: Testbed, hosts=SENDERS, receiver: str = RECEIVER) -> bool:
+def pacing_cleared(tb: Testbed, hosts: tuple[str, ...] = SENDERS, receiver: str = RECEIVER) -> bool:
     """Every host's agent last applied line rate (0) toward `receiver`: advice cleared or expired."""
     dst_ip = tb.host(receiver).IP()
     for host in hosts:

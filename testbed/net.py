@@ -118,9 +118,9 @@ class Testbed:
         for host in self.topo.hosts:
             address = self.plan.hosts[host.name]
             net.addHost(host.name, ip=f"{address.ip}/32", mac=address.mac)
-        intfs = []
+        intfs: list[str] = []
         for link in self.topo.links:
-            kwargs = {}
+            kwargs: dict[str, int | str] = {}
             for end, node, port in (("1", link.a, link.a_port), ("2", link.b, link.b_port)):
                 if self.topo.is_host(node):
                     kwargs[f"port{end}"] = 0
@@ -128,7 +128,7 @@ class Testbed:
                 else:
                     kwargs[f"port{end}"] = port
                     kwargs[f"intfName{end}"] = f"{node}-eth{port}"
-                    intfs.append(kwargs[f"intfName{end}"])
+                    intfs.append(f"{node}-eth{port}")
             # MACs of switch ports follow the address plan so next-hop rewrites match the wire.
             for end, node, port in (("1", link.a, link.a_port), ("2", link.b, link.b_port)):
                 kwargs[f"addr{end}"] = self.plan.mac_of(node, None if self.topo.is_host(node) else port)
@@ -178,6 +178,7 @@ class Testbed:
             time.sleep(0.1)
 
     def _start_agents(self) -> None:
+        assert self.net is not None, "agents start after the network is built"
         (self.run_dir / "hostagents").mkdir(exist_ok=True)
         for host in self.net.hosts:
             address = self.plan.hosts[host.name]
@@ -251,7 +252,7 @@ class Testbed:
     def __enter__(self) -> Testbed:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # ---- helpers for tests and the CLI -------------------------------------------------------

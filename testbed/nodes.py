@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from mininet.node import Host, Switch
 
@@ -51,7 +52,8 @@ class P4Switch(Switch):
     process_cls: type[SwitchProcess] = SwitchProcess
 
     def __init__(self, name: str, device_id: int, grpc_port: int, run_dir: Path,
-                 shapes: dict[int, tuple[float, int]], process_args: dict | None = None, **params) -> None:
+                 shapes: dict[int, tuple[float, int]], process_args: dict[str, Any] | None = None,
+                 **params: Any) -> None:
         super().__init__(name, dpid=f"{device_id:016x}", **params)
         self.process = self.process_cls(name, device_id, grpc_port, run_dir, [], shapes, **(process_args or {}))
 
@@ -72,7 +74,7 @@ class P4Switch(Switch):
     def wait_ready(self) -> None:
         self.process.wait_ready()
 
-    def start(self, controllers) -> None:  # Mininet API
+    def start(self, controllers: list[Any]) -> None:  # Mininet API
         self.launch()
         self.wait_ready()
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -185,8 +186,8 @@ class Bmv2SwitchProcess(SwitchProcess):
 
     kind = "bmv2"
 
-    def __init__(self, *args, thrift_port: int, log_level: str | None = None, pcap_dir: Path | None = None,
-                 mean_pkt_bytes: int = BMV2_RATE_PKT_BYTES, **kwargs) -> None:
+    def __init__(self, *args: Any, thrift_port: int, log_level: str | None = None, pcap_dir: Path | None = None,
+                 mean_pkt_bytes: int = BMV2_RATE_PKT_BYTES, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.thrift_port = thrift_port
         self.log_level = log_level

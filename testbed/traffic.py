@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from mininet.node import Host
 
-def start_iperf3_server(server, port: int, timeout_s: float = 5.0) -> None:
+
+def start_iperf3_server(server: Host, port: int, timeout_s: float = 5.0) -> None:
     """A one-shot iperf3 server on `port` of Mininet host `server`, listening when this returns."""
     server.cmd(f"iperf3 -s -1 -D -p {port} --logfile /dev/null")
     deadline = time.monotonic() + timeout_s
@@ -27,7 +30,7 @@ def iperf3_rates(out: str, what: str) -> tuple[float, float]:
         raise RuntimeError(f"iperf3 {what} failed: {out.strip()[-300:]}") from exc
 
 
-def iperf3_tcp(client, server, seconds: int = 5, port: int = 5201) -> tuple[float, float]:
+def iperf3_tcp(client: Host, server: Host, seconds: int = 5, port: int = 5201) -> tuple[float, float]:
     """One iperf3 TCP flow client → server: (receiver goodput, sender rate) in Mbit/s.
 
     iperf3 rather than Mininet's iperf: Mininet waits for an iperf 2 report on its telnet probe,
@@ -37,8 +40,8 @@ def iperf3_tcp(client, server, seconds: int = 5, port: int = 5201) -> tuple[floa
     return iperf3_rates(out, f"{client.name} -> {server.name}")
 
 
-def iperf3_parallel(pairs, seconds: int, out_dir: Path, base_port: int = 5301, omit_s: int = 0,
-                    tag: str = "") -> list[tuple[float, float]]:
+def iperf3_parallel(pairs: Sequence[tuple[Host, Host]], seconds: int, out_dir: Path, base_port: int = 5301,
+                    omit_s: int = 0, tag: str = "") -> list[tuple[float, float]]:
     """Several iperf3 TCP flows at once, one per (client, server) pair; their rates as iperf3_tcp's.
 
     omit_s: seconds at the start left out of the rates (slow start); tag: names this run's files."""

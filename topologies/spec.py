@@ -49,6 +49,21 @@ class Host:
     name: str
 
 
+LinkId = tuple[str, int | str]
+"""One direction of a link, named by where it is sent from: (switch, egress port), or
+(NIC, host) for what a host sends into its own link. The INT collector keys port state by it, the
+advisor's demands and capacities use it, and routing's next hops map to it."""
+NIC = "nic"
+
+
+def egress_link(switch: str, port: int) -> LinkId:
+    return (switch, port)
+
+
+def nic_link(host: str) -> LinkId:
+    return (NIC, host)
+
+
 @dataclass(frozen=True)
 class Link:
     """A bidirectional link. capacity_mbps: rate of each direction; queue_pkts: egress queue depth."""
@@ -102,6 +117,15 @@ class Topology:
             if {link.a, link.b} == {a, b}:
                 return link
         raise TopologyError(f"no link between {a} and {b}")
+
+    def link_capacities_bps(self) -> dict[LinkId, float]:
+        """Every link direction of the fabric (LinkId) with its rate in bit/s."""
+        out: dict[LinkId, float] = {}
+        for link in self.links:
+            for node in (link.a, link.b):
+                key = nic_link(node) if self.is_host(node) else egress_link(node, link.port_of(node))
+                out[key] = link.capacity_mbps * 1e6
+        return out
 
     def scaled(self, capacity_mbps: float) -> Topology:
         """This topology with every link at capacity_mbps (`--link-mbps`): the same experiment at a

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import grpc
 import pytest
 
 from controller.advice import AdviceLoop
 from controller.service import start_server
-from controller.telemetry import Collector, FlowPath
+from controller.telemetry import Collector
+from tests.unit.controller.test_telemetry import hop, report
 from topologies import leafspine
 from topologies.addressing import AddressPlan
 from wire import advice_pb2 as pb
@@ -69,9 +69,9 @@ def test_a_flow_seen_in_int_becomes_advice_for_its_source(tmp_path):
         assert reply.mode == "advice"
         call = stub.Subscribe(pb.SubscribeRequest(host="h1"))
         assert (await call.read()).mode == "advice"
-        collector.flows[("10.0.3.1", "10.0.4.1", 6, 40000, 5201)] = FlowPath(
-            (("s3", 1, 5), ("s1", 1, 2), ("s4", 5, 1)), time.monotonic())
-        collector.version += 1
+        ids = {name: plan.switches[name].device_id for name in ("s1", "s3", "s4")}
+        # h1 → h5 through s3, s1, s4 (a report lists hops newest first)
+        collector.feed(report([hop(ids["s4"], 1, 0, 10), hop(ids["s1"], 2, 0, 10), hop(ids["s3"], 5, 0, 10)]))
         loop.step()
         update = await asyncio.wait_for(call.read(), 3)
         assert update.advice.dst_ip == "10.0.4.1" and update.advice.rate_bps == int(20e6 * 0.95)

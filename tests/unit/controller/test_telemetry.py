@@ -33,9 +33,10 @@ def test_reports_from_the_fabric_give_the_flow_path_and_port_state(tmp_path):
     collector = Collector(names, series=tmp_path / "telemetry.csv")
     stack = collector.feed(frame)
     assert stack is not None and len(stack.hops) == 3
-    path = collector.flows[("10.0.3.1", "10.0.4.1", 17, 4000, 5000)].hops
+    snap = collector.snapshot()
+    path = snap.flows[("10.0.3.1", "10.0.4.1", 17, 4000, 5000)].hops
     assert [p[0] for p in path][0] == "s3" and path[-1] == ("s4", 5 if path[1][2] == 1 else 6, 1)
-    assert ("s4", 1) in collector.ports and collector.ports[("s4", 1)].capacity_mbps == 20
+    assert ("s4", 1) in snap.ports and snap.ports[("s4", 1)].capacity_mbps == 20
     collector.close()
     assert (tmp_path / "telemetry.csv").read_text().count("\n") == 1 + 3
 
@@ -44,9 +45,9 @@ def test_tx_rate_is_wrap_safe_and_utilisation_uses_capacity():
     collector = Collector({7: "s7"})
     start = (1 << 32) - 50_000  # the byte counter wraps between the two reports
     collector.feed(report([hop(7, 3, start, 1_000_000)]))
-    assert collector.ports[("s7", 3)].tx_rate_mbps is None
+    assert collector.snapshot().ports[("s7", 3)].tx_rate_mbps is None
     collector.feed(report([hop(7, 3, (start + 250_000) % (1 << 32), 1_100_000, queue=12)]))
-    state = collector.ports[("s7", 3)]
+    state = collector.snapshot().ports[("s7", 3)]
     assert abs(state.tx_rate_mbps - 20.0) < 1e-9  # 250 kB in 100 ms
     assert abs(state.utilisation - 1.0) < 1e-9 and state.queue_pkts == 12
 
@@ -58,7 +59,9 @@ def test_state_ages_out_and_bad_reports_are_counted():
     truncated = report([hop(7, 3, 0, 10)])[:60]
     assert collector.feed(truncated) is None and collector.bad_reports == 2
     assert collector.expire(now=100.5) == 0
-    assert collector.expire(now=101.5) == 2 and not collector.ports and not collector.flows
+    assert collector.expire(now=101.5) == 2
+    snap = collector.snapshot()
+    assert not snap.ports and not snap.flows
 
 
 def test_decode_report_reads_the_five_tuple():
@@ -84,3 +87,21 @@ def test_bmv2_hops_are_timed_beyond_their_queue_into_fidelity_windows(tmp_path):
     assert [(r.source, r.events, r.late_events) for r in records] == [("s7", 1, 0), ("s7", 1, 1)]
     assert records[0].max_late_ms == pytest.approx(0.3) and records[1].max_late_ms == pytest.approx(5.0)
     assert records[1].late_from == pytest.approx(t0 + 0.1 - 0.005)
+
+
+def test_snapshots_are_immutable_per_version_and_listeners_hear_every_change():
+    collector = Collector({7: "s7"}, max_age_s=1.0)
+    heard = []
+    collector.on_change(lambda: heard.append(collector.version))
+    collector.feed(report([hop(7, 3, 0, 10, queue=4)]), now=100.0)
+    first = collector.snapshot()
+    assert collector.snapshot() is first  # built once per version
+    collector.feed(report([hop(7, 3, 1000, 30_000, queue=9)], sport=4001), now=100.1)
+    second = collector.snapshot()
+    assert first.ports[("s7", 3)].queue_pkts == 4 and second.ports[("s7", 3)].queue_pkts == 9
+    assert len(first.flows) == 1 and len(second.flows) == 2  # the old snapshot did not move
+    with pytest.raises(TypeError):
+        second.ports[("s7", 4)] = second.ports[("s7", 3)]  # read-only
+    assert collector.feed(b"\x00" * 60) is None  # a bad report changes nothing
+    collector.expire(now=102.0)
+    assert heard == [1, 2, 3] and not collector.snapshot().flows

@@ -5,6 +5,7 @@ source is caught (a mutation below)."""
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 from wire import cpu, drops, intmd
@@ -64,14 +65,18 @@ def test_a_changed_value_in_the_program_is_caught(tmp_path):
 
 
 def test_the_committed_advice_code_is_what_advice_proto_generates(tmp_path):
-    """wire/advice_pb2*.py(i) are committed (no generation at import, sys.path untouched): they must
-    be what `make proto` makes from wire/advice.proto with the pinned grpcio-tools."""
+    """wire/advice_pb2*.py and their stubs (mypy-protobuf) are committed (no generation at import,
+    sys.path untouched): they must be what `make proto` makes from wire/advice.proto with the pinned
+    grpcio-tools and mypy-protobuf."""
     from grpc_tools import protoc
 
     (tmp_path / "wire").mkdir()
     shutil.copy(ROOT / "wire" / "advice.proto", tmp_path / "wire" / "advice.proto")
-    assert protoc.main(["protoc", f"-I{tmp_path}", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
-                        f"--grpc_python_out={tmp_path}", str(tmp_path / "wire" / "advice.proto")]) == 0
-    for name in ("advice_pb2.py", "advice_pb2.pyi", "advice_pb2_grpc.py"):
+    bin_dir = Path(sys.executable).parent
+    assert protoc.main(["protoc", f"-I{tmp_path}", f"--plugin=protoc-gen-mypy={bin_dir / 'protoc-gen-mypy'}",
+                        f"--plugin=protoc-gen-mypy_grpc={bin_dir / 'protoc-gen-mypy_grpc'}",
+                        f"--python_out={tmp_path}", f"--grpc_python_out={tmp_path}", f"--mypy_out={tmp_path}",
+                        f"--mypy_grpc_out={tmp_path}", str(tmp_path / "wire" / "advice.proto")]) == 0
+    for name in ("advice_pb2.py", "advice_pb2.pyi", "advice_pb2_grpc.py", "advice_pb2_grpc.pyi"):
         assert (tmp_path / "wire" / name).read_text() == (ROOT / "wire" / name).read_text(), \
             f"wire/{name} is stale: run `make proto`"
