@@ -38,7 +38,7 @@ $(VENV)/.installed: pyproject.toml
 run: deps
 	$(PY) -m testbed run --topo $(TOPO) --dataplane $(DATAPLANE) --mode $(MODE) $(if $(LINK_MBPS),--link-mbps $(LINK_MBPS))
 
-test: deps
+test: deps lint
 	$(PY) -m pytest tests
 
 test-unit: deps

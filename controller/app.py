@@ -106,7 +106,7 @@ class Controller:
             log.info("%s programmed: %d updates", name, count)
         (self.run_dir / "controller.ready").write_text(json.dumps(dict(zip(names, counts, strict=True))))
 
-    def _packet_in_handlers(self) -> dict[int, Callable[[str, p4r.PacketIn], None]]:
+    def _packet_in_handlers(self) -> dict[int, Callable[[str, p4r.PacketIn], object]]:
         """PacketIn dispatch by packet_in.reason (wire/cpu.py): one table, one place to add a reason."""
         return {REASON_INT_REPORT: lambda name, packet: self.collector.feed(packet.payload),
                 REASON_PROBE: lambda name, packet: log.debug("%s: probe from port %s", name,

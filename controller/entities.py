@@ -44,15 +44,19 @@ def table_entry(schema: P4Schema, table: str, match: Mapping[str, MatchValue], *
         f = fields[name]
         fm = entry.match.add(field_id=f.id)
         if f.kind == "exact":
-            fm.exact.value = encode_value(_int(value), f.bitwidth)  # type: ignore[arg-type]
-        elif f.kind == "lpm":
-            v, plen = value  # type: ignore[misc]
-            fm.lpm.value = encode_value(_int(v), f.bitwidth)
-            fm.lpm.prefix_len = plen
-        elif f.kind == "ternary":
-            v, mask = value  # type: ignore[misc]
-            fm.ternary.value = encode_value(_int(v), f.bitwidth)
-            fm.ternary.mask = encode_value(_int(mask), f.bitwidth)
+            if isinstance(value, tuple):
+                raise ValueError(f"table {table}: {name} is an exact match, got a pair {value!r}")
+            fm.exact.value = encode_value(_int(value), f.bitwidth)
+        elif f.kind in ("lpm", "ternary"):
+            if not isinstance(value, tuple):
+                raise ValueError(f"table {table}: {name} ({f.kind}) takes a pair, got {value!r}")
+            v, second = value
+            if f.kind == "lpm":
+                fm.lpm.value = encode_value(_int(v), f.bitwidth)
+                fm.lpm.prefix_len = second
+            else:
+                fm.ternary.value = encode_value(_int(v), f.bitwidth)
+                fm.ternary.mask = encode_value(_int(second), f.bitwidth)
         else:
             raise ValueError(f"table {table}: match kind {f.kind} not supported here")
     if action_call is not None:
@@ -91,7 +95,7 @@ def clone_session(session_id: int, port: int, packet_length_bytes: int = 0) -> p
     return message
 
 
-def update(kind: int, entity: object) -> p4r.Update:
+def update(kind: p4r.Update.Type.ValueType, entity: object) -> p4r.Update:
     message = p4r.Update(type=kind)
     if isinstance(entity, p4r.TableEntry):
         message.entity.table_entry.CopyFrom(entity)

@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import grpc
 from google.protobuf import text_format
@@ -15,6 +16,9 @@ from google.protobuf.message import Message
 
 from wire.p4info import P4Schema, decode_value, encode_value
 from wire.proto import p4r, p4r_grpc, rpc_code, rpc_status
+
+if TYPE_CHECKING:
+    from finsy.proto.p4.v1.p4runtime_pb2_grpc import P4RuntimeAsyncStub
 
 log = logging.getLogger("controller.p4rt")
 
@@ -32,7 +36,7 @@ class SwitchError(RuntimeError):
 def update_errors(exc: grpc.RpcError) -> list[p4r.Error]:
     """The per-update p4.v1.Error list a failed Write carries in its status details (spec, "Write
     RPC"); empty when the server sent none."""
-    trailers = exc.trailing_metadata() or ()
+    trailers = cast("tuple[tuple[str, bytes], ...]", exc.trailing_metadata() or ())  # (key, value) pairs
     for key, value in trailers:
         if key == "grpc-status-details-bin":
             status = rpc_status.Status.FromString(value)
@@ -77,7 +81,7 @@ class SwitchSession:
         self.packet_in_drops = 0
         self.is_primary = asyncio.Event()
         self._channel: grpc.aio.Channel | None = None
-        self._stub: p4r_grpc.P4RuntimeStub | None = None
+        self._stub: P4RuntimeAsyncStub | None = None
         self._outbox: asyncio.Queue[p4r.StreamMessageRequest | None] = asyncio.Queue()
         self._stream_task: asyncio.Task | None = None
 
@@ -93,7 +97,7 @@ class SwitchSession:
     async def connect(self, timeout_s: float = 10.0) -> None:
         """Open the channel and the stream, and become primary; SwitchError if that fails in time."""
         self._channel = grpc.aio.insecure_channel(self.address)
-        self._stub = p4r_grpc.P4RuntimeStub(self._channel)
+        self._stub = p4r_grpc.P4RuntimeStub(self._channel)  # typed as the async stub on an aio channel
         try:
             await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
         except asyncio.TimeoutError:

@@ -9,7 +9,7 @@ port), then the ipv4_lpm routes that point at them.
 from __future__ import annotations
 
 from controller import entities as ent
-from controller.routing import Route, port_configs
+from controller.routing import NextHop, Route, port_configs
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
 from wire.cpu import CPU_PORT, REPORT_SESSION, ROLE_HOST
@@ -28,10 +28,11 @@ def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: 
                                      ent.action(schema, "StarEgress.set_node_id", id=plan.switches[switch].device_id))),
         ent.insert(ent.clone_session(REPORT_SESSION, CPU_PORT)),  # starnet.p4 truncates the reports
     ]
-    for proto in (6, 17) if int_sample_log2 is not None else ():
-        updates.append(ent.insert(ent.table_entry(
-            schema, "StarIngress.int_source", {"hdr.ipv4.protocol": (proto, 0xFF)},
-            action_call=ent.action(schema, "StarIngress.int_watch", sample_log2=int_sample_log2), priority=1)))
+    if int_sample_log2 is not None:
+        for proto in (6, 17):
+            updates.append(ent.insert(ent.table_entry(
+                schema, "StarIngress.int_source", {"hdr.ipv4.protocol": (proto, 0xFF)},
+                action_call=ent.action(schema, "StarIngress.int_watch", sample_log2=int_sample_log2), priority=1)))
     for pc in port_configs(topo, switch):
         if pc.role == ROLE_HOST:
             updates.append(ent.insert(ent.table_entry(
@@ -45,8 +46,8 @@ def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: 
             action_call=ent.action(schema, "StarEgress.set_port_config",
                                    capacity_mbps=int(round(pc.capacity_mbps)),
                                    ecn_threshold_pkts=pc.ecn_threshold_pkts))))
-    members: dict[tuple, int] = {}
-    groups: dict[tuple, int] = {}
+    members: dict[NextHop, int] = {}
+    groups: dict[tuple[NextHop, ...], int] = {}
     tail: list[p4r.Update] = []
     for route in routes:
         for hop in route.next_hops:

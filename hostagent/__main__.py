@@ -42,7 +42,7 @@ class Agent:
         self.expiry: dict[str, float] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
-        self.call = None
+        self.call: grpc.Call | None = None  # the advice stream, cancelled by stop()
         (run_dir / "hostagents").mkdir(exist_ok=True)
         self.record = (run_dir / "hostagents" / f"{host}.csv").open("a", newline="")
         self.writer = csv.writer(self.record)
@@ -117,8 +117,9 @@ class Agent:
                     self.set_mode(reply.mode)
                     log.info("%s: registered (mode %s)", self.host, reply.mode)
                     attempt = 0
-                    self.call = stub.Subscribe(pb.SubscribeRequest(host=self.host))
-                    for update in self.call:
+                    updates = stub.Subscribe(pb.SubscribeRequest(host=self.host))
+                    self.call = updates
+                    for update in updates:
                         if update.WhichOneof("kind") == "mode":
                             self.set_mode(update.mode)
                         else:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from softswitch.egress import MAX_FRAME, EgressQueue
+from softswitch.inband import IntPending
 from softswitch.pipeline import Pipeline
 from wire.drops import DROP_INDEX
 from wire.fidelity import WINDOW_S, FidelityWindows, wall_offset
@@ -159,8 +160,8 @@ class DataPlane:
                     next_window = (int((now + offset) / WINDOW_S) + 1) * WINDOW_S - offset
                 if pipeline.config_generation != config_seen:
                     config_seen = pipeline.config_generation
-                    for port, queue in egress.items():
-                        queue.ecn_threshold = pipeline.ecn_thresholds.get(port, 0)
+                    for port, port_queue in egress.items():
+                        port_queue.ecn_threshold = pipeline.ecn_thresholds.get(port, 0)
                 for fd, _ in events:
                     if fd == self._wake_r:
                         self._drain_wake(now, busy)
@@ -254,7 +255,9 @@ class DataPlane:
             if queue.queue:
                 busy.add(port)
 
-    def _to_cpu_or_drop(self, out_port: int, frame: bytes | bytearray, in_port: int) -> None:
+    def _to_cpu_or_drop(self, out_port: int, frame: bytes | bytearray | IntPending, in_port: int) -> None:
+        if isinstance(frame, IntPending):  # INT toward a port without a queue: the frame as it is
+            frame = frame.frame
         if out_port == self.cpu_port:
             self.pipeline.to_cpu(frame, in_port, 0)
         else:

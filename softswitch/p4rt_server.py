@@ -137,7 +137,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         primary = self.primary
         return None if primary is None else primary.election_id
 
-    def _check_primary(self, request, context: grpc.ServicerContext) -> None:
+    def _check_primary(self, request: p4r.WriteRequest | p4r.SetForwardingPipelineConfigRequest,
+                       context: grpc.ServicerContext) -> None:
         primary = self.primary_election_id()
         if not request.HasField("election_id"):
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "no election id: only the primary may do this")
@@ -151,13 +152,14 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             return self.device.saved[1]
         if self.device.state is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no forwarding pipeline config set")
-        return self.device.state  # type: ignore[return-value]
+        return self.device.state
 
     # ---- unary RPCs ----------------------------------------------------------------------------
-    def Capabilities(self, request, context):
+    def Capabilities(self, request: p4r.CapabilitiesRequest, context: grpc.ServicerContext) -> p4r.CapabilitiesResponse:
         return p4r.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
 
-    def SetForwardingPipelineConfig(self, request, context):
+    def SetForwardingPipelineConfig(self, request: p4r.SetForwardingPipelineConfigRequest,
+                                    context: grpc.ServicerContext) -> p4r.SetForwardingPipelineConfigResponse:
         """P4Runtime spec, "SetForwardingPipelineConfig RPC": VERIFY checks; VERIFY_AND_SAVE keeps
         the config for Read/Write while the data plane goes on with the old one, until COMMIT
         realizes it with what was written since; VERIFY_AND_COMMIT realizes it with a cleared
@@ -174,7 +176,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "COMMIT takes no config (it commits the saved one)")
             if self.device.saved is None:
                 context.abort(grpc.StatusCode.NOT_FOUND, "COMMIT without a saved config (VERIFY_AND_SAVE first)")
-            self.device.commit(*self.device.saved)  # type: ignore[misc]
+            self.device.commit(*self.device.saved)
             return p4r.SetForwardingPipelineConfigResponse()
         if not request.HasField("config") or not request.config.HasField("p4info"):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
@@ -205,7 +207,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown action {action}")
         return p4r.SetForwardingPipelineConfigResponse()
 
-    def GetForwardingPipelineConfig(self, request, context):
+    def GetForwardingPipelineConfig(self, request: p4r.GetForwardingPipelineConfigRequest,
+                                    context: grpc.ServicerContext) -> p4r.GetForwardingPipelineConfigResponse:
         self._check_device(request.device_id, context)
         config = p4r.ForwardingPipelineConfig()
         kind = request.response_type
@@ -219,7 +222,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         config.cookie.CopyFrom(full.cookie)
         return p4r.GetForwardingPipelineConfigResponse(config=config)
 
-    def Write(self, request, context):
+    def Write(self, request: p4r.WriteRequest, context: grpc.ServicerContext) -> p4r.WriteResponse:
         self._check_device(request.device_id, context)
         self._check_primary(request, context)
         state = self._state(context)
@@ -243,7 +246,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                                 errors)
         return p4r.WriteResponse()
 
-    def Read(self, request, context) -> Iterator[p4r.ReadResponse]:
+    def Read(self, request: p4r.ReadRequest, context: grpc.ServicerContext) -> Iterator[p4r.ReadResponse]:
         """P4Runtime spec, "Read RPC" / "Batch Processing": every entity of the batch is read (an
         empty Entity is INVALID_ARGUMENT); if any failed, the stream ends UNKNOWN with one
         p4.v1.Error per entity in the status details, after the entities the others found."""
@@ -274,7 +277,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                                 f"{len(failed)} of {len(request.entities)} reads failed; first: {failed[0]}", errors)
 
     # ---- the stream ----------------------------------------------------------------------------
-    def StreamChannel(self, request_iterator, context):
+    def StreamChannel(self, request_iterator: Iterator[p4r.StreamMessageRequest],
+                      context: grpc.ServicerContext) -> Iterator[p4r.StreamMessageResponse]:
         client = _Client()
         with self.lock:
             full = len(self.clients) >= self.max_streams
@@ -315,7 +319,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         if was_primary:
             self._announce()
 
-    def _read_stream(self, client: _Client, requests, context) -> None:
+    def _read_stream(self, client: _Client, requests: Iterator[p4r.StreamMessageRequest],
+                     context: grpc.ServicerContext) -> None:
         try:
             for request in requests:
                 which = request.WhichOneof("update")
@@ -332,7 +337,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         finally:
             client.send(None)  # type: ignore[arg-type]
 
-    def _arbitrate(self, client: _Client, update: p4r.MasterArbitrationUpdate, context) -> None:
+    def _arbitrate(self, client: _Client, update: p4r.MasterArbitrationUpdate, context: grpc.ServicerContext) -> None:
         """P4Runtime spec, "Rules for Handling MasterArbitrationUpdate Messages": the errors end
         the stream with their status; an accepted update with election id >= the highest ever
         seen makes its client primary, anything lower (or unset) leaves it a backup."""

@@ -160,7 +160,8 @@ class Pipeline:
 
     # ---- per packet ---------------------------------------------------------------------------
     # Port counters (port_rx, port_tx) are kept per batch by the data plane, not per packet here.
-    def ingress(self, frame: bytes, in_port: int, now: float | None = None) -> tuple[int, bytearray] | None:
+    def ingress(self, frame: bytes, in_port: int,
+                now: float | None = None) -> tuple[int, bytearray | IntPending] | None:
         """Run one frame through ingress; return (egress port, rewritten frame) or None (dropped).
 
         now: monotonic time the frame entered (INT hop latency is measured from it); default: the clock."""
@@ -168,9 +169,10 @@ class Pipeline:
             proto = frame[23]
             key = (in_port, proto, frame[26:38] if proto == 6 or proto == 17 else frame[26:34])
         else:
-            key = self._unusual_key(frame, in_port)
-            if key is None:
+            unusual = self._unusual_key(frame, in_port)
+            if unusual is None:
                 return None
+            key = unusual
         # In starnet.p4's order: TTL, then fault_inject, then ipv4_lpm (no table walk for TTL 1).
         ttl = frame[22]
         if ttl <= 1:
@@ -273,7 +275,7 @@ class Pipeline:
             self.malformed[in_port] += 1
             self.malformed_bytes[in_port] += nbytes
 
-    def to_cpu(self, frame: bytes, in_port: int, reason: int) -> None:
+    def to_cpu(self, frame: bytes | bytearray, in_port: int, reason: int) -> None:
         """Punt to the controller; a frame no controller takes (none connected, no primary, its
         stream full) is counted as dropped `no_controller`, never lost from the accounting."""
         if self.packet_in is None or self.packet_in(bytes(frame), in_port, reason) is False:
@@ -291,6 +293,7 @@ class Pipeline:
             if fault.action.action_id == self.fault_drop_prob_id:
                 drop_prob = fault.action.args[0] / 65536.0
         entry = self.ipv4_lpm.lookup((dst,))
+        action: ActionCall | None
         if entry is None:
             action = self.ipv4_lpm.default_action
         elif entry.action is not None:

@@ -202,11 +202,11 @@ class RuntimeState:
         return ActionCall(info.id, info.name, tuple(args))
 
     def _match(self, table: TableInfo, entry: p4r.TableEntry) -> tuple[tuple[tuple[int, int], ...], int]:
-        by_id = {}
-        for fm in entry.match:
-            if fm.field_id in by_id:
-                raise invalid(f"{table.name}: match field id {fm.field_id} given twice")
-            by_id[fm.field_id] = fm
+        by_id: dict[int, p4r.FieldMatch] = {}
+        for given in entry.match:
+            if given.field_id in by_id:
+                raise invalid(f"{table.name}: match field id {given.field_id} given twice")
+            by_id[given.field_id] = given
         known = {f.id for f in table.match_fields}
         unknown = set(by_id) - known
         if unknown:
@@ -511,7 +511,7 @@ class RuntimeState:
             if query.HasField("index"):
                 if not 0 <= query.index.index < counter.size:
                     raise out_of_range(f"counter index {query.index.index} out of range 0..{counter.size - 1}")
-                indices = [query.index.index]
+                indices: range | list[int] = [query.index.index]
             else:
                 indices = range(counter.size)
             for i in indices:

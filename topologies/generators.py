@@ -7,6 +7,7 @@ path to a YAML file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,10 @@ def fattree(k: int = 4, capacity_mbps: float = DEFAULT_CAPACITY_MBPS,
 
     cores = [next_switch() for _ in range(half * half)]
     switches = [(c, "core") for c in cores]
-    hosts, links = [], []
-    edge_links, up_links = [], []
+    hosts: list[str] = []
+    links: list[tuple[str, str]] = []
+    edge_links: list[tuple[str, str]] = []
+    up_links: list[tuple[str, str]] = []
     for _pod in range(k):
         aggs = [next_switch() for _ in range(half)]
         edges = [next_switch() for _ in range(half)]
@@ -98,7 +101,7 @@ def dumbbell(n: int = 2, capacity_mbps: float = DEFAULT_CAPACITY_MBPS,
     return _build(f"dumbbell-{n}", [("s1", "leaf"), ("s2", "leaf")], hosts, links, capacity_mbps, queue_pkts)
 
 
-GENERATORS = {"leafspine": leafspine, "fattree": fattree, "dumbbell": dumbbell}
+GENERATORS: dict[str, Callable[..., Topology]] = {"leafspine": leafspine, "fattree": fattree, "dumbbell": dumbbell}
 
 
 def topology_by_name(spec: str) -> Topology:

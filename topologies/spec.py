@@ -283,11 +283,11 @@ def topology_from_dict(data: Any, source: str = "topology") -> Topology:
         if pair in pairs:
             raise TopologyError(f"{where}: duplicate link between {a} and {b}")
         pairs.add(pair)
-        ports = []
+        ports: list[int] = []
         for end, node in (("a", a), ("b", b)):
             key = f"{end}_port"
             if key in raw:
-                port = _number(raw[key], f"{where}.{key}", integer=True, minimum=1, maximum=MAX_PORT)
+                port = int(_number(raw[key], f"{where}.{key}", integer=True, minimum=1, maximum=MAX_PORT))
             else:
                 port = next_port.get(node, 0) + 1
             if port > MAX_PORT:
@@ -301,8 +301,8 @@ def topology_from_dict(data: Any, source: str = "topology") -> Topology:
             raw.get("capacity_mbps", default_capacity), f"{where}.capacity_mbps", integer=False, minimum=0.001,
             maximum=MAX_CAPACITY_MBPS,
         )
-        queue = _number(raw.get("queue_pkts", default_queue), f"{where}.queue_pkts", integer=True, minimum=1,
-                        maximum=MAX_QUEUE_PKTS)
+        queue = int(_number(raw.get("queue_pkts", default_queue), f"{where}.queue_pkts", integer=True, minimum=1,
+                            maximum=MAX_QUEUE_PKTS))
         links.append(Link(a, b, ports[0], ports[1], capacity, queue))
 
     topo = Topology(

@@ -98,7 +98,7 @@ class IntStack:
         return shim + md + b"".join(h.pack() for h in self.hops)
 
 
-def int_length(data: bytes, offset: int) -> int:
+def int_length(data: bytes | bytearray, offset: int) -> int:
     """Bytes of the INT block (shim + MD + hops) starting at `offset`; IntFormatError if not valid.
 
     Checks what a switch must check before it pushes, strips or reports: type, version, hop
@@ -135,7 +135,7 @@ def parse(data: bytes, offset: int = 0) -> IntStack:
                     domain_specific_id=ds_id)
 
 
-def l4_header_length(frame: bytes, l4: int, proto: int) -> int:
+def l4_header_length(frame: bytes | bytearray, l4: int, proto: int) -> int:
     """Length of the TCP (data offset) or UDP (8) header at frame offset `l4`; IntFormatError when
     the frame ends before that header does, or a TCP data offset is below 5 words (a P4 parser
     would reject both before any INT header could be read behind them)."""
@@ -245,7 +245,7 @@ class IntHopLayer(Packet):
         LongField("egress_ts_us", 0), IntField("tx_bytes", 0), IntField("capacity_mbps", 0),
     ]
 
-    def extract_padding(self, s):
+    def extract_padding(self, s: bytes) -> tuple[bytes, bytes]:
         return b"", s
 
 

@@ -277,12 +277,12 @@ def compare(program: Program, p4info: p4i.P4Info) -> list[str]:
             continue
         if name == "NoAction":
             continue
-        want = [] if name in only_called else program.actions.get(name)
-        have = [(p.name, p.bitwidth) for p in info_actions[name].params]
-        if want is None:
+        want_params = [] if name in only_called else program.actions.get(name)
+        have_params = [(p.name, p.bitwidth) for p in info_actions[name].params]
+        if want_params is None:
             problems.append(f"action {name} is in the P4Info but not declared in the program")
-        elif want != have:
-            problems.append(f"action {name}: parameters {want} in the program, {have} in the P4Info")
+        elif want_params != have_params:
+            problems.append(f"action {name}: parameters {want_params} in the program, {have_params} in the P4Info")
     for name in sorted(set(info_actions) - used_actions):
         problems.append(f"action {name} is in the P4Info but the program uses it nowhere")
     counters = {c.preamble.name: (c.size, p4i.CounterSpec.Unit.Name(c.spec.unit)) for c in p4info.counters}
