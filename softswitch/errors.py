@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 
 from wire.p4info import BitwidthError
@@ -17,28 +19,21 @@ class P4RuntimeError(Exception):
         return f"{self.code.name}: {self.message}"
 
 
-def invalid(message: str) -> P4RuntimeError:
-    return P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT, message)
+def _of(code: grpc.StatusCode) -> Callable[[str], P4RuntimeError]:
+    def make(message: str) -> P4RuntimeError:
+        return P4RuntimeError(code, message)
+
+    make.__name__ = make.__qualname__ = code.name.lower()
+    return make
 
 
-def not_found(message: str) -> P4RuntimeError:
-    return P4RuntimeError(grpc.StatusCode.NOT_FOUND, message)
-
-
-def exists(message: str) -> P4RuntimeError:
-    return P4RuntimeError(grpc.StatusCode.ALREADY_EXISTS, message)
-
-
-def unimplemented(message: str) -> P4RuntimeError:
-    return P4RuntimeError(grpc.StatusCode.UNIMPLEMENTED, message)
-
-
-def exhausted(message: str) -> P4RuntimeError:
-    return P4RuntimeError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
-
-
-def out_of_range(message: str) -> P4RuntimeError:
-    return P4RuntimeError(grpc.StatusCode.OUT_OF_RANGE, message)
+# One constructor per status code the server answers with (P4Runtime spec §8.3/§9/§12).
+invalid = _of(grpc.StatusCode.INVALID_ARGUMENT)
+not_found = _of(grpc.StatusCode.NOT_FOUND)
+exists = _of(grpc.StatusCode.ALREADY_EXISTS)
+unimplemented = _of(grpc.StatusCode.UNIMPLEMENTED)
+exhausted = _of(grpc.StatusCode.RESOURCE_EXHAUSTED)
+out_of_range = _of(grpc.StatusCode.OUT_OF_RANGE)
 
 
 def value_error(exc: ValueError) -> P4RuntimeError:

@@ -104,6 +104,15 @@ class CounterState:
     bytes: list[int]
 
 
+
+def _check_presence(kind: int, present: bool, what: str) -> None:
+    """P4Runtime spec §12: INSERT of what exists is ALREADY_EXISTS; MODIFY or DELETE of what does
+    not is NOT_FOUND."""
+    if kind == p4r.Update.INSERT and present:
+        raise exists(f"{what} already exists")
+    if kind != p4r.Update.INSERT and not present:
+        raise not_found(f"{what} does not exist")
+
 class RuntimeState:
     """All runtime objects of a pipeline built from one P4Info."""
 
@@ -340,20 +349,15 @@ class RuntimeState:
     def _write_member(self, kind: int, member: p4r.ActionProfileMember) -> None:
         profile, allowed, name = self._profile(member.action_profile_id)
         mid = member.member_id
+        _check_presence(kind, mid in profile.members, f"{name}: member {mid}")
         if kind == p4r.Update.DELETE:
-            if mid not in profile.members:
-                raise not_found(f"{name}: member {mid} does not exist")
             if self._member_in_use(member.action_profile_id, mid):
                 raise P4RuntimeError(grpc.StatusCode.FAILED_PRECONDITION, f"{name}: member {mid} is in use")
             del profile.members[mid]
             return
-        if kind == p4r.Update.INSERT and mid in profile.members:
-            raise exists(f"{name}: member {mid} already exists")
         size = self.schema.action_profiles[member.action_profile_id].size
         if kind == p4r.Update.INSERT and size and len(profile.members) >= size:
             raise exhausted(f"{name}: action profile is full ({size} members)")
-        if kind == p4r.Update.MODIFY and mid not in profile.members:
-            raise not_found(f"{name}: member {mid} does not exist")
         call = self._action_call(member.action, allowed, f"{name} member {mid}")
         stored = p4r.ActionProfileMember()
         stored.CopyFrom(member)
@@ -365,19 +369,14 @@ class RuntimeState:
         gid = group.group_id
         if not info.with_selector:
             raise invalid(f"{name}: groups need an action selector")
+        _check_presence(kind, gid in profile.groups, f"{name}: group {gid}")
         if kind == p4r.Update.DELETE:
-            if gid not in profile.groups:
-                raise not_found(f"{name}: group {gid} does not exist")
             in_use = any(e.group_id == gid for t in self.tables.values()
                          if t.info.implementation_id == group.action_profile_id for e in t.entries.values())
             if in_use:
                 raise P4RuntimeError(grpc.StatusCode.FAILED_PRECONDITION, f"{name}: group {gid} is in use")
             del profile.groups[gid]
             return
-        if kind == p4r.Update.INSERT and gid in profile.groups:
-            raise exists(f"{name}: group {gid} already exists")
-        if kind == p4r.Update.MODIFY and gid not in profile.groups:
-            raise not_found(f"{name}: group {gid} does not exist")
         limit = group.max_size or info.max_group_size
         if limit and len(group.members) > limit:
             raise exhausted(f"{name}: group {gid} has {len(group.members)} members, max {limit}")
@@ -421,15 +420,10 @@ class RuntimeState:
             raise unimplemented("only clone sessions are supported in the packet replication engine")
         session = entry.clone_session_entry
         sid = session.session_id
+        _check_presence(kind, sid in self.clone_sessions, f"clone session {sid}")
         if kind == p4r.Update.DELETE:
-            if sid not in self.clone_sessions:
-                raise not_found(f"clone session {sid} does not exist")
             del self.clone_sessions[sid]
             return
-        if kind == p4r.Update.INSERT and sid in self.clone_sessions:
-            raise exists(f"clone session {sid} already exists")
-        if kind == p4r.Update.MODIFY and sid not in self.clone_sessions:
-            raise not_found(f"clone session {sid} does not exist")
         stored = p4r.CloneSessionEntry()
         stored.CopyFrom(session)
         self.clone_sessions[sid] = stored
@@ -478,20 +472,14 @@ class RuntimeState:
     def _read_members(self, query: p4r.ActionProfileMember) -> Iterator[p4r.Entity]:
         for pid in self._profiles_for(query.action_profile_id):
             for mid, (_, proto) in list(self.profiles[pid].members.items()):
-                if query.member_id and query.member_id != mid:
-                    continue
-                out = p4r.Entity()
-                out.action_profile_member.CopyFrom(proto)
-                yield out
+                if not query.member_id or query.member_id == mid:
+                    yield p4r.Entity(action_profile_member=proto)
 
     def _read_groups(self, query: p4r.ActionProfileGroup) -> Iterator[p4r.Entity]:
         for pid in self._profiles_for(query.action_profile_id):
             for gid, (_, proto) in list(self.profiles[pid].groups.items()):
-                if query.group_id and query.group_id != gid:
-                    continue
-                out = p4r.Entity()
-                out.action_profile_group.CopyFrom(proto)
-                yield out
+                if not query.group_id or query.group_id == gid:
+                    yield p4r.Entity(action_profile_group=proto)
 
     def sync_counters(self) -> None:
         with self.lock:
