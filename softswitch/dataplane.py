@@ -304,7 +304,7 @@ class DataPlane:
         return {
             "time": time.time(),
             "uptime_s": time.time() - self.started,
-            "drops": self.pipeline.drops.as_dict(),
+            "drops": self.pipeline.drop_counts(),
             "flow_cache_entries": len(self.pipeline.flow_cache),
             "pipeline_failures": dict(self.bad_frame_kinds),
             "fidelity": self.fidelity.summary() if self.fidelity is not None else None,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from softswitch.inband import IntEngine, IntPending, flow_slot
 from softswitch.runtime_state import ActionCall, RuntimeState
 from wire.cpu import ETHERTYPE_PROBE, REASON_PROBE, REPORT_SESSION, REPORT_TRUNCATE_BYTES, ROLE_HOST
-from wire.drops import DROP_COUNTER, DROP_INDEX
+from wire.drops import DROP_COUNTER, DROP_INDEX, DROP_REASONS
 from wire.intmd import DSCP_INT, IntFormatError, insert_source_header, int_length, l4_header_length, set_ipv4_word
 
 IPV4_LPM = "StarIngress.ipv4_lpm"
@@ -51,21 +51,6 @@ def mac_bytes(value: int) -> bytes:
     return value.to_bytes(6, "big")
 
 
-@dataclass
-class DropStats:
-    """Drops the pipeline counted, by reason (queue_full and send_error are the egress queues')."""
-    malformed: int = 0
-    non_ipv4: int = 0
-    ttl_expired: int = 0
-    no_route: int = 0
-    fault: int = 0
-    no_live_member: int = 0
-    no_controller: int = 0  # punted (probe, INT report) with no primary client to take it
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
-
-
 # Cached result of the ingress tables for one flow: (egress port, new dst+src MAC (12 bytes),
 # drop probability, INT sample_log2 or -1 when not watched, egress port is an INT sink), or
 # (DROPPED, reason, 0.0, -1, False). Plain tuples: the hot path unpacks them.
@@ -80,7 +65,6 @@ _FAST_IPV4 = b"\x08\x00\x45"  # EtherType IPv4, version 4 with a 20-byte header
 class Pipeline:
     state: RuntimeState
     port_up: dict[int, bool] = field(default_factory=dict)
-    drops: DropStats = field(default_factory=DropStats)
     rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
@@ -262,9 +246,8 @@ class Pipeline:
         return in_port, proto, frame[26:34]
 
     def count_drop(self, reason: str, in_port: int, nbytes: int) -> None:
-        """Count a dropped frame: its reason (DropStats and the P4 counter drop_reason) and, for
-        fault and malformed, the per-port counter of that name."""
-        setattr(self.drops, reason, getattr(self.drops, reason) + 1)
+        """Count a dropped frame: its reason (the P4 counter drop_reason, the one place drops are
+        kept) and, for fault and malformed, the per-port counter of that name."""
         index = DROP_INDEX[reason]
         self.reason_packets[index] += 1
         self.reason_bytes[index] += nbytes
@@ -274,6 +257,11 @@ class Pipeline:
         elif reason == "malformed" and in_port < len(self.malformed):
             self.malformed[in_port] += 1
             self.malformed_bytes[in_port] += nbytes
+
+    def drop_counts(self) -> dict[str, int]:
+        """Frames dropped per reason (wire/drops.py order), as the counter drop_reason holds them
+        (queue_full and send_error once the data plane has folded its queues' drops in)."""
+        return dict(zip(DROP_REASONS, self.reason_packets, strict=False))
 
     def to_cpu(self, frame: bytes | bytearray, in_port: int, reason: int) -> None:
         """Punt to the controller; a frame no controller takes (none connected, no primary, its
