@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from wire.cpu import REASON_INT_REPORT, REPORT_FLOW_SLOTS, REPORT_INTERVAL_US
 from wire.intmd import (
@@ -59,16 +60,25 @@ def flow_slot(addrs_ports: bytes, proto: int) -> int:
     return zlib.crc32(addrs_ports + bytes((proto,))) % REPORT_FLOW_SLOTS
 
 
+@dataclass(frozen=True)
+class EgressConfig:
+    """What the egress side takes from the committed state: this switch's INT node id, per port its
+    capacity and ECN threshold (port_config), and the bytes a report carries (starnet.p4's
+    truncate(), or clone session 500's packet_length_bytes if shorter; None = no session, no
+    reports). One object per committed state, shared by the pipeline snapshot, the INT engine and
+    (at each swap) the egress queues' thresholds."""
+
+    node_id: int = 0
+    capacity_mbps: Mapping[int, int] = field(default_factory=dict)
+    ecn_thresholds: Mapping[int, int] = field(default_factory=dict)
+    report_bytes: int | None = None
+
+
 class IntEngine:
-    """Per-switch INT state: node id, port capacities and thresholds, report rate limit, clock."""
+    """Per-switch INT state: the egress config in force, report rate limit, clock."""
 
     def __init__(self) -> None:
-        self.node_id = 0
-        self.capacity_mbps: dict[int, int] = {}
-        self.ecn_thresholds: dict[int, int] = {}
-        # Bytes of the frame a report carries (starnet.p4's truncate(), or clone session 500's
-        # packet_length_bytes if shorter); None = no session, no reports.
-        self.report_bytes: int | None = None
+        self.config = EgressConfig()
         self.last_report = [0.0] * REPORT_FLOW_SLOTS
         self.to_cpu: Callable[[bytes, int, int], None] | None = None
         self.epoch = time.monotonic()
@@ -84,11 +94,12 @@ class IntEngine:
         switch's hop (transit), or stripped (sink)."""
         if now is None:
             now = time.monotonic()
-        threshold = self.ecn_thresholds.get(port, 0)
+        config = self.config
+        threshold = config.ecn_thresholds.get(port, 0)
         congested = bool(threshold) and item.qdepth >= threshold
-        hop = _HOP.pack(self.node_id, item.in_port, port, min(UNKNOWN32, max(0, int((now - item.t_in) * 1e6))),
+        hop = _HOP.pack(config.node_id, item.in_port, port, min(UNKNOWN32, max(0, int((now - item.t_in) * 1e6))),
                         min(item.qdepth, 0xFFFFFF), max(0, int((now - self.epoch) * 1e6)), tx_bytes,
-                        self.capacity_mbps.get(port, UNKNOWN32))
+                        config.capacity_mbps.get(port, UNKNOWN32))
         with_hop = push_hop(item.frame, item.int_off, hop, congested)
         if not item.sink:
             return with_hop
@@ -96,7 +107,8 @@ class IntEngine:
         return strip(with_hop, item.int_off)
 
     def _report(self, frame: bytearray, item: IntPending, now: float) -> None:
-        if self.report_bytes is None or self.to_cpu is None:
+        report_bytes = self.config.report_bytes
+        if report_bytes is None or self.to_cpu is None:
             return
         congested = bool(frame[item.int_off + MD_DS_FLAGS] & DS_FLAG_CONGESTED >> 8)
         if not congested and now - self.last_report[item.flow_slot] < REPORT_INTERVAL_S:
@@ -104,5 +116,5 @@ class IntEngine:
             return
         self.last_report[item.flow_slot] = now
         self.reports += 1
-        report = bytes(frame[:self.report_bytes])
+        report = bytes(frame[:report_bytes])
         self.to_cpu(report, item.in_port, REASON_INT_REPORT)

@@ -1,9 +1,14 @@
 """The ingress/egress pipeline of starnet.p4, executed in Python.
 
-Table, action and counter names come from the P4Info through RuntimeState. A per-flow cache
-(key: ingress port, IPv4 protocol, addresses and L4 ports) holds the result of the full table
-walk, so the common packet costs one dict lookup; any P4Runtime write or port status change
-drops the cache. Malformed frames are counted and dropped, never fatal.
+Table, action and counter names come from the P4Info through RuntimeState. Every committed
+P4Runtime write is compiled, on the thread that applied it, into a PipelineSnapshot: tables and
+the selector resolved, action ids resolved once, the egress config (ECN thresholds, capacities,
+node id, report size), and a per-flow cache (key: ingress port, IPv4 protocol, addresses and L4
+ports) of full table walks, so the common packet costs one dict lookup. The snapshot is published
+by one reference assignment; a frame reads it once and walks, caches and forwards with that one,
+so a result computed from an older state lands in that snapshot's cache, which is dropped with
+it. A port status change publishes a copy with an empty cache. Malformed frames are counted and
+dropped, never fatal.
 """
 
 from __future__ import annotations
@@ -12,11 +17,11 @@ import random
 import struct
 import time
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
-from softswitch.inband import IntEngine, IntPending, flow_slot
-from softswitch.runtime_state import ActionCall, RuntimeState
+from softswitch.inband import EgressConfig, IntEngine, IntPending, flow_slot
+from softswitch.runtime_state import ActionCall, ActionProfileState, RuntimeState, TableState
 from wire.cpu import ETHERTYPE_PROBE, REASON_PROBE, REPORT_SESSION, REPORT_TRUNCATE_BYTES, ROLE_HOST
 from wire.drops import DROP_COUNTER, DROP_INDEX, DROP_REASONS
 from wire.intmd import DSCP_INT, IntFormatError, insert_source_header, int_length, l4_header_length, set_ipv4_word
@@ -61,6 +66,25 @@ FLOW_CACHE_MAX = 1 << 16  # flows; a flood of new 5-tuples empties the cache ins
 _FAST_IPV4 = b"\x08\x00\x45"  # EtherType IPv4, version 4 with a 20-byte header
 
 
+@dataclass(frozen=True, eq=False)
+class PipelineSnapshot:
+    """One committed state as the data plane uses it (see the module docstring)."""
+
+    generation: int
+    set_nhop_id: int
+    int_watch_id: int
+    fault_drop_id: int
+    fault_drop_prob_id: int
+    ipv4_lpm: TableState
+    port_role: TableState
+    fault_inject: TableState
+    int_source: TableState
+    int_sink: TableState
+    selector: ActionProfileState
+    egress: EgressConfig
+    flow_cache: dict[tuple, FlowResult] = field(default_factory=dict)
+
+
 @dataclass
 class Pipeline:
     state: RuntimeState
@@ -68,12 +92,10 @@ class Pipeline:
     rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
-        self.flow_cache: dict[tuple, FlowResult] = {}
         self.counter_sync: list = []
         # Where punted frames go (frame, ingress port, reason): the P4Runtime PacketIn stream.
         self.packet_in: Callable[[bytes, int, int], bool | None] | None = None
-        self.ecn_thresholds: dict[int, int] = {}  # egress port → threshold (packets), from port_config
-        self.config_generation = 0
+        self._generation = 0
         self.int_engine = IntEngine()
         self.int_engine.to_cpu = self.to_cpu
         self.bind(self.state)
@@ -94,18 +116,13 @@ class Pipeline:
         self.state.counter_sync.append(sync)
 
     def _state_changed(self) -> None:
-        """Resolve the program's objects by name (a clear() replaces them) and drop the flow cache."""
+        """Compile the committed state into a new snapshot (its objects resolved by name: a clear()
+        replaces them) and publish it, with an empty flow cache; the counters are re-resolved."""
         state = self.state
         # Action ids resolved once per state, so a cache miss compares integers, not names.
         ids = state.schema.id_of
-        self.set_nhop_id, self.int_watch_id = ids(SET_NHOP), ids(INT_WATCH)
-        self.fault_drop_id, self.fault_drop_prob_id = ids(FAULT_DROP), ids(FAULT_DROP_PROB)
         set_port_config_id = ids(SET_PORT_CONFIG)
-        self.ipv4_lpm = state.table_by_name(IPV4_LPM)
-        self.port_role = state.table_by_name(PORT_ROLE)
-        self.fault_inject = state.table_by_name(FAULT_INJECT)
-        self.port_config = state.table_by_name(PORT_CONFIG)
-        self.selector = state.profile_by_name(ECMP_SELECTOR)
+        port_config = state.table_by_name(PORT_CONFIG)
         rx = state.counter_by_name(PORT_RX)
         tx = state.counter_by_name(PORT_TX)
         self.rx_packets, self.rx_bytes = rx.packets, rx.bytes
@@ -116,26 +133,41 @@ class Pipeline:
         self.malformed, self.malformed_bytes = malformed.packets, malformed.bytes
         by_reason = state.counter_by_name(DROP_COUNTER)
         self.reason_packets, self.reason_bytes = by_reason.packets, by_reason.bytes
-        self.int_source = state.table_by_name(INT_SOURCE)
-        self.int_sink = state.table_by_name(INT_SINK)
-        port_configs = {values[0]: entry.action.args for values, entry in self.port_config.exact_index.items()
+        port_configs = {values[0]: entry.action.args for values, entry in port_config.exact_index.items()
                         if entry.action is not None and entry.action.action_id == set_port_config_id}
-        self.ecn_thresholds = {port: args[1] for port, args in port_configs.items()}
-        engine = self.int_engine
-        engine.ecn_thresholds = self.ecn_thresholds
-        engine.capacity_mbps = {port: args[0] for port, args in port_configs.items()}
         node = state.table_by_name(INT_NODE).default_action
-        engine.node_id = node.args[0] if node.action_id == ids(SET_NODE_ID) else 0
         session = state.clone_sessions.get(REPORT_SESSION)
-        if session is None:
-            engine.report_bytes = None
-        else:
-            engine.report_bytes = min(REPORT_TRUNCATE_BYTES, session.packet_length_bytes or REPORT_TRUNCATE_BYTES)
-        self.config_generation += 1
-        self.invalidate()
+        egress = EgressConfig(
+            node_id=node.args[0] if node.action_id == ids(SET_NODE_ID) else 0,
+            capacity_mbps={port: args[0] for port, args in port_configs.items()},
+            ecn_thresholds={port: args[1] for port, args in port_configs.items()},
+            report_bytes=None if session is None else min(REPORT_TRUNCATE_BYTES,
+                                                          session.packet_length_bytes or REPORT_TRUNCATE_BYTES))
+        self._generation += 1
+        snapshot = PipelineSnapshot(
+            self._generation, ids(SET_NHOP), ids(INT_WATCH), ids(FAULT_DROP), ids(FAULT_DROP_PROB),
+            state.table_by_name(IPV4_LPM), state.table_by_name(PORT_ROLE), state.table_by_name(FAULT_INJECT),
+            state.table_by_name(INT_SOURCE), state.table_by_name(INT_SINK), state.profile_by_name(ECMP_SELECTOR),
+            egress)
+        self.int_engine.config = egress
+        self.snapshot = snapshot  # published: the next frame uses it
 
     def invalidate(self) -> None:
-        self.flow_cache = {}
+        """Publish the same state with an empty flow cache (a port went up or down)."""
+        self.snapshot = replace(self.snapshot, flow_cache={})
+
+    @property
+    def flow_cache(self) -> dict[tuple, FlowResult]:
+        return self.snapshot.flow_cache
+
+    @property
+    def config_generation(self) -> int:
+        """Changes with every committed state (not with a port status change)."""
+        return self.snapshot.generation
+
+    @property
+    def ecn_thresholds(self) -> Mapping[int, int]:
+        return self.snapshot.egress.ecn_thresholds
 
     def set_port_up(self, port: int, up: bool) -> None:
         if self.port_up.get(port) != up:
@@ -162,15 +194,16 @@ class Pipeline:
         if ttl <= 1:
             self.count_drop("ttl_expired", in_port, len(frame))
             return None
-        # The cache of the state as it is now: a write that lands during the walk below replaces
-        # self.flow_cache (invalidate), so this result goes into the old, discarded one and no
-        # later frame is forwarded by it.
-        cache = self.flow_cache
+        # The snapshot in force as this frame is handled: a write that lands during the walk below
+        # publishes a new one, so this result goes into the old snapshot's cache, dropped with it,
+        # and no later frame is forwarded by it.
+        snap = self.snapshot
+        cache = snap.flow_cache
         result = cache.get(key)
         if result is None:
             if len(cache) >= FLOW_CACHE_MAX:
                 cache.clear()
-            result = cache[key] = self.walk_tables(in_port, key[1], key[2][:8], key[2][8:])
+            result = cache[key] = self.walk_tables(in_port, key[1], key[2][:8], key[2][8:], snap)
         port, macs, drop_prob, sample_log2, sink = result
         if drop_prob and self.rng.random() < drop_prob:
             self.count_drop("fault", in_port, len(frame))
@@ -270,47 +303,50 @@ class Pipeline:
             self.count_drop("no_controller", in_port, len(frame))
 
     # ---- the table walk (cache miss) ---------------------------------------------------------
-    def walk_tables(self, in_port: int, proto: int, addrs: bytes, l4_ports: bytes) -> FlowResult:
+    def walk_tables(self, in_port: int, proto: int, addrs: bytes, l4_ports: bytes,
+                    snap: PipelineSnapshot | None = None) -> FlowResult:
+        """The ingress tables for one flow, in `snap` (default: the snapshot in force)."""
+        snap = snap or self.snapshot
         src, dst = _IPV4_ADDRS.unpack(addrs)
         sport, dport = _L4_PORTS.unpack(l4_ports) if l4_ports else (0, 0)
         drop_prob = 0.0
-        fault = self.fault_inject.lookup((in_port, src, dst))
+        fault = snap.fault_inject.lookup((in_port, src, dst))
         if fault is not None and fault.action is not None:
-            if fault.action.action_id == self.fault_drop_id:
+            if fault.action.action_id == snap.fault_drop_id:
                 return DROPPED, "fault", 0.0, -1, False
-            if fault.action.action_id == self.fault_drop_prob_id:
+            if fault.action.action_id == snap.fault_drop_prob_id:
                 drop_prob = fault.action.args[0] / 65536.0
-        entry = self.ipv4_lpm.lookup((dst,))
+        entry = snap.ipv4_lpm.lookup((dst,))
         action: ActionCall | None
         if entry is None:
-            action = self.ipv4_lpm.default_action
+            action = snap.ipv4_lpm.default_action
         elif entry.action is not None:
             action = entry.action
         else:
-            action = self._select(entry.member_id, entry.group_id, (src, dst, proto, sport, dport))
+            action = self._select(snap.selector, entry.member_id, entry.group_id, (src, dst, proto, sport, dport))
             if action is None:
                 return DROPPED, "no_live_member", drop_prob, -1, False
-        if action.action_id != self.set_nhop_id:
+        if action.action_id != snap.set_nhop_id:
             return DROPPED, "no_route", drop_prob, -1, False
         port, smac, dmac = action.args
         sample_log2 = -1
         if proto in (6, 17):
-            role = self.port_role.lookup((in_port,))
+            role = snap.port_role.lookup((in_port,))
             if role is not None and role.action is not None and role.action.args[0] == ROLE_HOST:
-                watch = self.int_source.lookup((src, dst, proto, sport, dport))
-                if watch is not None and watch.action is not None and watch.action.action_id == self.int_watch_id:
+                watch = snap.int_source.lookup((src, dst, proto, sport, dport))
+                if watch is not None and watch.action is not None and watch.action.action_id == snap.int_watch_id:
                     sample_log2 = min(16, watch.action.args[0])
-        sink_entry = self.int_sink.lookup((port,))
+        sink_entry = snap.int_sink.lookup((port,))
         sink = sink_entry is not None and sink_entry.action is not None
         return port, mac_bytes(dmac) + mac_bytes(smac), drop_prob, sample_log2, sink
 
-    def _select(self, member_id: int | None, group_id: int | None,
+    def _select(self, selector: ActionProfileState, member_id: int | None, group_id: int | None,
                 five_tuple: tuple[int, int, int, int, int]) -> ActionCall | None:
-        members = self.selector.members
+        members = selector.members
         if member_id is not None:
             found = members.get(member_id)
             return found[0] if found else None
-        group = self.selector.groups.get(group_id)  # type: ignore[arg-type]
+        group = selector.groups.get(group_id)  # type: ignore[arg-type]
         if group is None:
             return None
         live = []

@@ -107,4 +107,4 @@ def test_soft_switch_finds_every_name_it_uses_in_the_p4info():
     from softswitch.runtime_state import RuntimeState
 
     pipeline = Pipeline(RuntimeState(P4Schema.load(DEFAULT_P4INFO)))
-    assert pipeline.ipv4_lpm.info.name == "StarIngress.ipv4_lpm"
+    assert pipeline.snapshot.ipv4_lpm.info.name == "StarIngress.ipv4_lpm"
