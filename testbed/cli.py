@@ -1,5 +1,6 @@
 """The testbed's Mininet CLI: Mininet's commands (pingall, iperf, hN cmd ...) plus a banner and
-`switches` / `queues` / `int` / `advice` / `mode` / `fidelity` to show and steer the fabric."""
+`switches` / `queues` / `int` / `advice` / `mode` / `fidelity` to show and steer the fabric, and
+`allreduce` / `jobs` to run collectives on it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from testbed.traffic import iperf3_tcp
 
 if TYPE_CHECKING:
     from wire import advice_pb2_grpc as pb_grpc
+    from workloads.allreduce.job import BackgroundJob
 
 FIDELITY_SECONDS = 10.0
 
@@ -28,7 +30,7 @@ def banner(tb: Testbed) -> str:
         f"  run directory: {tb.run_dir}",
         "  logs: switches/<name>.log, controller.log, p4runtime-requests.log",
         "  try: pingall | iperf h1 h8 | h1 ping -c3 h8 | switches | queues s3 | int s3 | advice | mode advice",
-        "       fidelity | exit",
+        "       allreduce h1 h2 h5 h6 size=8M algo=ring|tree|hd|auto iters=5 [bg] | jobs | fidelity | exit",
     ]
     return "\n".join(lines) + "\n"
 
@@ -38,6 +40,7 @@ class StarNetCLI(CLI):
 
     def __init__(self, tb: Testbed, **kwargs: Any) -> None:
         self.tb = tb
+        self.jobs: list[BackgroundJob] = []  # all-reduce jobs started from this CLI
         assert tb.net is not None
         tb.net.stdout_banner = banner(tb)
         super().__init__(tb.net, **kwargs)
@@ -183,6 +186,53 @@ class StarNetCLI(CLI):
                     f"  port {port:>3} {p['iface']:10} q {p['qdepth_pkts']:>3}/{p['depth_pkts']:<3} "
                     f"max {p['max_qdepth_pkts']:>3} drops {p['queue_drops']:>6} tx {p['tx_pkts']:>9} pkts "
                     f"{p['rate_mbps']:.0f} Mbps\n")
+
+    # ---- workloads ---------------------------------------------------------------------------
+    def do_allreduce(self, line: str) -> None:
+        """allreduce HOST... [size=8M] [algo=ring|tree|hd|auto] [iters=5] [chunk=256K] [cc=cubic]
+        [order=topology|given] [bg]: an all-reduce over the hosts (`all` = every host), printed as an
+        nccl-tests table; `bg` runs it in the background (see `jobs`)."""
+        from workloads.allreduce.fabric import FabricView
+        from workloads.allreduce.job import BackgroundJob, JobSpec
+        from workloads.allreduce.launcher import JobError, parse_size
+
+        words = line.split()
+        background = "bg" in words or "&" in words
+        hosts = [w for w in words if "=" not in w and w not in ("bg", "&")]
+        options = dict(w.split("=", 1) for w in words if "=" in w)
+        if hosts == ["all"]:
+            hosts = [h.name for h in self.mn.hosts]
+        unknown = set(options) - {"size", "algo", "iters", "chunk", "cc", "order", "warmup"}
+        try:
+            if unknown:
+                raise JobError(f"unknown option {', '.join(sorted(unknown))} "
+                               "(size, algo, iters, chunk, cc, order, warmup)")
+            spec = JobSpec(hosts=hosts, sizes=[parse_size(options.get("size", "8M"))],
+                           algo=options.get("algo", "ring"), iters=int(options.get("iters", 5)),
+                           warmup=int(options.get("warmup", 1)), chunk_bytes=parse_size(options.get("chunk", "256K")),
+                           cc=options.get("cc"), order=options.get("order", "topology"),
+                           name=f"allreduce{len(self.jobs) + 1}")
+            spec.check()
+            view = FabricView.of_testbed(self.tb)
+            view.endpoints(spec.hosts, spec.order)  # unknown hosts are named here, before anything starts
+        except (JobError, ValueError) as exc:
+            self.stdout.write(f"allreduce: {exc}\n")
+            return
+        job = BackgroundJob(spec, view)
+        self.jobs.append(job)
+        if background:
+            job.start()
+            self.stdout.write(f"{spec.name} started in the background (`jobs` shows it)\n")
+            return
+        job.run(lambda text: self.stdout.write(text + "\n"))
+        self.stdout.write(job.describe(full=True) + "\n")
+
+    def do_jobs(self, line: str) -> None:
+        """jobs: the all-reduce jobs started in this session, with their results."""
+        if not self.jobs:
+            self.stdout.write("no jobs yet (allreduce)\n")
+        for job in self.jobs:
+            self.stdout.write(job.describe() + "\n")
 
     def do_fidelity(self, line: str) -> None:
         """fidelity [seconds]: per switch, controller and host agent over the last seconds (default 10):

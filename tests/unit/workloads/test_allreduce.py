@@ -1,0 +1,145 @@
+"""All-reduce correctness without Mininet: schedules, the pipelined executor over socket pairs, and
+whole jobs of rank processes over loopback TCP (2-8 ranks, every algorithm, odd sizes)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from workloads.allreduce.data import count_wrong, expected_sum, rank_data
+from workloads.allreduce.executor import Executor, cut
+from workloads.allreduce.job import JobSpec, run_job
+from workloads.allreduce.launcher import JobError, SizeResult, parse_size, size_range
+from workloads.allreduce.schedule import ALGORITHMS, bytes_sent, schedule, split
+from workloads.allreduce.tuner import TunerCache, candidates
+
+
+def run_in_threads(algo: str, n: int, count: int, chunk: int, seed: int = 3) -> list[np.ndarray]:
+    pairs = {}
+    for a in range(n):
+        for b in range(a + 1, n):
+            pairs[(a, b)], pairs[(b, a)] = socket.socketpair()
+    bufs = [rank_data(count, seed, r) for r in range(n)]
+
+    def rank(r: int) -> None:
+        ops = schedule(algo, n, r, count)
+        Executor(cut(ops, chunk), {p: pairs[(r, p)] for p in {op.peer for op in ops}}, chunk).run(bufs[r])
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for s in pairs.values():
+        s.close()
+    return bufs
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS)
+@pytest.mark.parametrize("n", range(2, 9))
+def test_every_algorithm_sums_exactly_for_odd_sizes(algo, n):
+    for count, chunk in ((1, 1), (7, 2), (1001, 64), (12345, 1000)):  # not divisible by n or chunk
+        expected = expected_sum(count, 3, n)
+        for r, buf in enumerate(run_in_threads(algo, n, count, chunk)):
+            assert count_wrong(buf, expected) == 0, (algo, n, count, chunk, r)
+
+
+def test_a_wrong_element_is_counted():
+    expected = expected_sum(100, 1, 4)
+    broken = expected.copy()
+    broken[17] += 0.25
+    assert count_wrong(broken, expected) == 1
+    assert count_wrong(expected.copy(), expected) == 0
+
+
+def test_data_depend_on_seed_and_rank_and_sums_are_exact():
+    a, b = rank_data(1000, 1, 0), rank_data(1000, 1, 1)
+    assert not np.array_equal(a, b)
+    assert not np.array_equal(a, rank_data(1000, 2, 0))
+    assert np.array_equal(a, rank_data(1000, 1, 0))
+    total = sum(rank_data(1000, 1, r).astype(np.float64) for r in range(5))
+    assert np.array_equal(total.astype(np.float32), expected_sum(1000, 1, 5))
+
+
+def test_ring_sends_2_n_minus_1_over_n_of_the_buffer():
+    n, count = 8, 8000
+    for r in range(n):
+        sent = bytes_sent(schedule("ring", n, r, count))
+        assert sent == {(r + 1) % n: 2 * (n - 1) * count // n * 4}
+
+
+def test_halving_doubling_sends_the_same_volume_as_the_ring_for_a_power_of_two():
+    n, count = 8, 8000
+    for r in range(n):
+        assert sum(bytes_sent(schedule("hd", n, r, count)).values()) == 2 * (n - 1) * count // n * 4
+
+
+def test_a_send_waits_for_the_reduction_of_its_chunk_only():
+    pieces = cut(schedule("ring", 4, 0, 400), 50)
+    # step 1 sends segment 3, reduced in step 0 from rank 3: its first chunk waits for that chunk alone
+    first_step1_send = next(i for i, p in enumerate(pieces) if p.op.step == 1 and p.op.send)
+    (dep,) = pieces[first_step1_send].deps
+    assert pieces[dep].op.step == 0 and not pieces[dep].op.send
+    assert (pieces[dep].start, pieces[dep].stop) == (pieces[first_step1_send].start, pieces[first_step1_send].stop)
+
+
+def test_bad_arguments_name_the_field():
+    with pytest.raises(ValueError, match="algo"):
+        schedule("butterfly", 4, 0, 10)
+    with pytest.raises(ValueError, match="rank 4"):
+        schedule("ring", 4, 4, 10)
+    with pytest.raises(ValueError, match="size"):
+        parse_size("8X")
+    with pytest.raises(JobError, match="algo"):
+        JobSpec(local=2, algo="nope").check()
+    with pytest.raises(JobError, match="size"):
+        JobSpec(local=2, sizes=[10]).check()
+    with pytest.raises(JobError, match="cc"):
+        JobSpec(local=2, cc="no-such-cc").check()
+
+
+def test_sizes_and_split():
+    assert parse_size("8M") == 8 << 20 and parse_size("64K") == 65536 and parse_size("1000") == 1000
+    assert size_range(1 << 20, 8 << 20, 2) == [1 << 20, 2 << 20, 4 << 20, 8 << 20]
+    assert split(0, 10, 3) == [(0, 4), (4, 7), (7, 10)]
+
+
+def test_busbw_is_algbw_times_2_n_minus_1_over_n():
+    r = SizeResult(8 << 20, "ring", 1 << 20, 8, [1.0, 1.0], 0)
+    assert r.algbw_gbs == pytest.approx((8 << 20) / 1e9)
+    assert r.busbw_gbs == pytest.approx(r.algbw_gbs * 14 / 8)
+
+
+def test_tuner_candidates_and_cache(tmp_path):
+    assert candidates(100 << 10, ("ring",), (64 << 10, 256 << 10, 1 << 20)) == [("ring", 64 << 10), ("ring", 100 << 10)]
+    cache = TunerCache(tmp_path / "c.json")
+    assert cache.get("k", 8) is None
+    cache.put("k", 8, {"algo": "hd", "chunk_bytes": 4})
+    assert TunerCache(tmp_path / "c.json").get("k", 8)["algo"] == "hd"
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS)
+def test_rank_processes_over_loopback(algo, tmp_path):
+    """Real rank processes, TCP over loopback, a size divisible by neither the world nor the chunk."""
+    for n in (2, 3, 8):
+        spec = JobSpec(local=n, sizes=[4 * 100_003], algo=algo, chunk_bytes=4 * 9_999, iters=2, name=f"t{n}")
+        outcome = run_job(spec, progress=None, workdir=tmp_path / f"{algo}{n}")
+        assert outcome.wrong == 0
+        (result,) = outcome.results
+        assert len(result.times_s) == 2 and all(t > 0 for t in result.times_s)
+        assert {s[0] for s in result.steps} == set(range(n))  # every rank reported its step timings
+        assert (tmp_path / f"{algo}{n}" / "results.json").exists()
+
+
+def test_auto_tunes_once_then_uses_the_cache(tmp_path):
+    spec = JobSpec(local=3, sizes=[64 << 10], algo="auto", iters=1, tuner_cache=tmp_path / "cache.json",
+                   tuner_iters=1)
+    first = run_job(spec, progress=None, workdir=tmp_path / "a")
+    assert first.wrong == 0 and not first.picks[64 << 10]["cached"]
+    assert (tmp_path / "a" / "tuner-64K.md").exists()
+    second = run_job(spec, progress=None, workdir=tmp_path / "b")
+    assert second.picks[64 << 10]["cached"]
+    assert second.picks[64 << 10]["algo"] == first.picks[64 << 10]["algo"]

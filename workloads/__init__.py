@@ -1,0 +1,1 @@
+"""Workloads that run on the testbed: all-reduce jobs, incast and background flows."""

@@ -1,0 +1,1 @@
+"""All-reduce ranks, their launcher and the auto-tuner (nccl-tests-style results)."""

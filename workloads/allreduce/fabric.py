@@ -1,0 +1,115 @@
+"""All-reduce jobs on a testbed's hosts: rank order, addresses and spawning in host namespaces.
+
+Works from inside the testbed's process (`Testbed`) and from any other process through the run
+directory of a running testbed (its topology.yaml, host PIDs and controller address), so
+`python -m workloads.allreduce --hosts h1,h2,h3,h4` runs against the `make run` testbed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from testbed.rundir import RUNS, forget_pid, record_pid
+from topologies.addressing import AddressPlan
+from topologies.spec import Topology, load_topology
+from workloads.allreduce.launcher import Endpoint, JobError
+
+if TYPE_CHECKING:
+    from testbed.net import Testbed
+
+
+def topology_order(topo: Topology, hosts: list[str]) -> list[str]:
+    """Hosts grouped by the switch they hang off (in topology order), so that ring neighbours share
+    a leaf and only one ring edge per leaf boundary crosses the spines."""
+    switch_index = {s.name: i for i, s in enumerate(topo.switches)}
+    host_index = {h.name: i for i, h in enumerate(topo.hosts)}
+    unknown = [h for h in hosts if h not in host_index]
+    if unknown:
+        raise JobError(f"hosts: {', '.join(unknown)} not in topology {topo.name} "
+                       f"({', '.join(host_index)})")
+    return sorted(hosts, key=lambda h: (switch_index[topo.host_link(h).other(h)], host_index[h]))
+
+
+class NamespaceSpawner:
+    """Starts rank processes inside Mininet hosts' network namespaces (mnexec -a PID), recording
+    each in the run directory so `make clean` can end what a crashed job leaves."""
+
+    def __init__(self, host_pids: dict[str, int], run_dir: Path, job: str) -> None:
+        self.host_pids = host_pids
+        self.run_dir = run_dir
+        self.job = job
+        mnexec = shutil.which("mnexec")
+        if mnexec is None:
+            raise JobError("mnexec (Mininet) not found on PATH")
+        self.mnexec = mnexec
+        self.labels: dict[int, str] = {}
+
+    def __call__(self, endpoint: Endpoint, argv: list[str], log_path: Path) -> subprocess.Popen:
+        with log_path.open("ab") as out:
+            proc = subprocess.Popen([self.mnexec, "-a", str(self.host_pids[endpoint.name]), *argv], stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        label = f"rank-{self.job}-{endpoint.name}"
+        record_pid(self.run_dir, label, proc.pid)
+        self.labels[proc.pid] = label
+        return proc
+
+    def release(self, proc: subprocess.Popen) -> None:
+        label = self.labels.pop(proc.pid, None)
+        if label:
+            forget_pid(self.run_dir, label)
+
+
+class FabricView:
+    """What a job needs to know about a running testbed: topology, addresses, host PIDs, controller."""
+
+    def __init__(self, run_dir: Path, topo: Topology, host_pids: dict[str, int]) -> None:
+        self.run_dir = run_dir
+        self.topo = topo
+        self.plan = AddressPlan(topo)
+        self.host_pids = host_pids
+
+    @classmethod
+    def of_testbed(cls, tb: Testbed) -> FabricView:
+        assert tb.net is not None, "the testbed is up"
+        return cls(tb.run_dir, tb.topo, {h.name: h.pid for h in tb.net.hosts})
+
+    @classmethod
+    def of_run_dir(cls, run_dir: Path | None = None) -> FabricView:
+        """The given run directory, or the newest testbed under runs/ that is still running."""
+        if run_dir is None:
+            running = [d for d in sorted(RUNS.glob("*"), reverse=True)
+                       if (d / "controller.addr").exists() and not (d / "stopped").exists()]
+            if not running:
+                raise JobError("no running testbed under runs/ (start one with `make run`, or use --local N)")
+            run_dir = running[0]
+        pids = {}
+        for path in (run_dir / "pids").glob("host-*.pid"):
+            pids[path.stem.removeprefix("host-")] = int(path.read_text().split()[0])
+        return cls(run_dir, load_topology(run_dir / "topology.yaml"), pids)
+
+    def controller_address(self) -> str | None:
+        path = self.run_dir / "controller.addr"
+        return path.read_text().strip() if path.exists() else None
+
+    def link_mbps(self, hosts: list[str]) -> float:
+        """The slowest host link among `hosts` (what busbw is compared with)."""
+        return min(self.topo.host_link(h).capacity_mbps for h in hosts)
+
+    def endpoints(self, hosts: list[str], order: str = "topology") -> list[Endpoint]:
+        """order: topology (grouped by leaf) or given (as listed)."""
+        if len(set(hosts)) != len(hosts):
+            raise JobError(f"hosts: {' '.join(hosts)} lists a host twice")
+        if order == "topology":
+            hosts = topology_order(self.topo, hosts)
+        elif order != "given":
+            raise JobError(f"order: {order!r} is neither topology nor given")
+        missing = [h for h in hosts if h not in self.host_pids]
+        if missing:
+            raise JobError(f"hosts: {', '.join(missing)} not running in {self.run_dir.name}")
+        return [Endpoint(h, self.plan.hosts[h].ip) for h in hosts]
+
+    def spawner(self, job: str) -> NamespaceSpawner:
+        return NamespaceSpawner(self.host_pids, self.run_dir, job)

@@ -1,0 +1,207 @@
+"""One all-reduce job end to end: spec → ranks on hosts → results table and JSON in the run directory.
+
+Used by `python -m workloads.allreduce`, the testbed CLI's `allreduce` and the tests:
+
+    spec = JobSpec(hosts=["h1", "h2", "h3", "h4"], sizes=[8 << 20], algo="ring", iters=5)
+    outcome = run_job(spec, FabricView.of_testbed(tb))
+    print(outcome.table)
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from testbed.rundir import new_run_dir
+from workloads.allreduce.executor import DEFAULT_CHUNK_BYTES
+from workloads.allreduce.fabric import FabricView
+from workloads.allreduce.launcher import (
+    AllReduceJob,
+    JobError,
+    LocalSpawner,
+    SizeResult,
+    Spawner,
+    format_table,
+    local_endpoints,
+    write_results,
+)
+from workloads.allreduce.schedule import ALGORITHMS
+from workloads.allreduce.tuner import DEFAULT_CACHE, TunerCache, fingerprint, pick
+
+CONGESTION_CONTROL = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+
+
+@dataclass
+class JobSpec:
+    """hosts: Mininet host names (or local=N ranks on loopback); sizes: message sizes in bytes;
+    algo: ring | tree | hd | auto; chunk_bytes: pipelining unit; order: topology | given;
+    declare: declare demands to the controller (None: whenever the testbed has one); port_base: fixed
+    TCP ports for the ranks (0: ephemeral), so repeated runs take the same ECMP paths."""
+
+    hosts: list[str] = field(default_factory=list)
+    local: int = 0
+    sizes: list[int] = field(default_factory=lambda: [8 << 20])
+    algo: str = "ring"
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    iters: int = 5
+    warmup: int = 1
+    cc: str | None = None
+    seed: int = 0
+    order: str = "topology"
+    declare: bool | None = None
+    name: str = "allreduce"
+    tuner_cache: Path = DEFAULT_CACHE
+    tuner_iters: int = 2
+    port_base: int = 0
+
+    def check(self) -> None:
+        if self.algo not in (*ALGORITHMS, "auto"):
+            raise JobError(f"algo: {self.algo!r} is not one of {', '.join((*ALGORITHMS, 'auto'))}")
+        if not self.hosts and self.local < 2:
+            raise JobError("hosts: give at least 2 hosts (or local >= 2 ranks on loopback)")
+        if self.hosts and self.local:
+            raise JobError("hosts and local: give one of them")
+        if not self.sizes or any(s < 4 or s % 4 for s in self.sizes):
+            raise JobError(f"size: every size must be a positive multiple of 4 bytes, got {self.sizes}")
+        if self.chunk_bytes < 4:
+            raise JobError(f"chunk: must be >= 4 bytes, got {self.chunk_bytes}")
+        if self.port_base and not 1024 <= self.port_base <= 65535 - 100:
+            raise JobError(f"port_base: must be 0 or in 1024..65435, got {self.port_base}")
+        if self.port_base and self.local:
+            raise JobError("port_base: loopback ranks share one address; use ephemeral ports (0)")
+        if self.iters < 1 or self.warmup < 0:
+            raise JobError(f"iters: must be >= 1 (and warmup >= 0), got {self.iters}")
+        if self.cc:
+            available = CONGESTION_CONTROL.read_text().split()
+            if self.cc not in available:
+                raise JobError(f"cc: {self.cc!r} is not offered by this kernel (available: {' '.join(available)}; "
+                               f"`modprobe tcp_{self.cc}` may add it)")
+
+
+@dataclass
+class JobOutcome:
+    spec: JobSpec
+    hosts: list[str]  # in rank order
+    workdir: Path
+    results: list[SizeResult]
+    link_mbps: float | None
+    picks: dict[int, dict] = field(default_factory=dict)  # size → the tuner's pick (algo auto)
+
+    @property
+    def table(self) -> str:
+        return format_table(self.results, self.link_mbps)
+
+    @property
+    def wrong(self) -> int:
+        return sum(r.wrong for r in self.results)
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def run_job(spec: JobSpec, view: FabricView | None = None, progress: Callable[[str], None] | None = _stderr,
+            workdir: Path | None = None) -> JobOutcome:
+    """Run `spec` on the testbed behind `view` (or on loopback when spec.local) and write
+    results.json and results.txt to its directory (runs/<run>/jobs/<name>/)."""
+    spec.check()
+    if spec.local:
+        endpoints = local_endpoints(spec.local)
+        workdir = workdir or new_run_dir(f"allreduce-{spec.name}")
+        spawner: Spawner = LocalSpawner()
+        controller, link_mbps, topo_text = None, None, f"loopback:{spec.local}"
+    else:
+        if view is None:
+            view = FabricView.of_run_dir()
+        endpoints = view.endpoints(spec.hosts, spec.order)
+        workdir = workdir or _job_dir(view.run_dir, spec.name)
+        spawner = view.spawner(workdir.name)
+        declare = spec.declare if spec.declare is not None else True
+        controller = view.controller_address() if declare else None
+        link_mbps = view.link_mbps(spec.hosts)
+        topo_text = view.topo.to_yaml()
+    hosts = [e.name for e in endpoints]
+    job = AllReduceJob(endpoints, spawner, workdir, name=spec.name, controller=controller, cc=spec.cc, seed=spec.seed,
+                       port_base=spec.port_base)
+    results, picks = [], {}
+    started = time.time()
+    if progress:
+        progress(f"{spec.name}: {len(hosts)} ranks ({' '.join(hosts)}), algo {spec.algo}, "
+                 f"sizes {len(spec.sizes)}, {spec.iters} iterations each")
+    with job:
+        for size in spec.sizes:
+            algo, chunk = spec.algo, spec.chunk_bytes
+            if algo == "auto":
+                chosen = pick(job, size, fingerprint(topo_text, hosts), TunerCache(spec.tuner_cache), workdir,
+                              progress=progress, iters=spec.tuner_iters)
+                algo, chunk = chosen.algo, chosen.chunk_bytes
+                picks[size] = {"algo": algo, "chunk_bytes": chunk, "cached": chosen.cached,
+                               "tuned_time_s": chosen.time_s}
+                if progress:
+                    progress(f"{spec.name}: auto → {algo} chunk {chunk} B"
+                             f" ({'cached' if chosen.cached else 'tuned now'})")
+            results.append(job.measure(size, algo=algo, chunk_bytes=chunk, iters=spec.iters, warmup=spec.warmup,
+                                       progress=progress))
+    outcome = JobOutcome(spec, hosts, workdir, results, link_mbps, picks)
+    meta = {"job": spec.name, "hosts": hosts, "spec": {k: str(v) if isinstance(v, Path) else v
+                                                       for k, v in asdict(spec).items()},
+            "link_mbps": link_mbps, "picks": {str(k): v for k, v in picks.items()},
+            "started": started, "elapsed_s": time.time() - started}
+    write_results(workdir / "results.json", results, meta)
+    (workdir / "results.txt").write_text(outcome.table + "\n")
+    return outcome
+
+
+def _job_dir(run_dir: Path, name: str) -> Path:
+    base = run_dir / "jobs"
+    path = base / name
+    n = 1
+    while path.exists():
+        n += 1
+        path = base / f"{name}-{n}"
+    path.mkdir(parents=True)
+    return path
+
+
+class BackgroundJob:
+    """A job the CLI runs in the foreground or on a thread of its own, and can describe at any time."""
+
+    def __init__(self, spec: JobSpec, view: FabricView) -> None:
+        self.spec = spec
+        self.view = view
+        self.outcome: JobOutcome | None = None
+        self.error: str | None = None
+        self.progress = "starting"
+        self._thread: threading.Thread | None = None
+
+    def run(self, progress: Callable[[str], None] | None = None) -> None:
+        def note(text: str) -> None:
+            self.progress = text
+            if progress:
+                progress(text)
+
+        try:
+            self.outcome = run_job(self.spec, self.view, progress=note)
+        except (JobError, OSError, RuntimeError) as exc:
+            self.error = str(exc)
+
+    def start(self) -> BackgroundJob:
+        self._thread = threading.Thread(target=self.run, name=self.spec.name, daemon=True)
+        self._thread.start()
+        return self
+
+    def describe(self, full: bool = False) -> str:
+        name = self.spec.name
+        if self.error:
+            return f"{name}: failed: {self.error}"
+        if self.outcome is None:
+            return f"{name}: running — {self.progress}"
+        o = self.outcome
+        summary = (f"{name}: done, {' '.join(o.hosts)}; "
+                   + "; ".join(f"{r.algo} {r.size_bytes} B busbw {r.busbw_gbs * 8e3:.2f} Mbit/s, {r.wrong} wrong"
+                               for r in o.results) + f" ({o.workdir})")
+        return (o.table + "\n" + summary) if full else summary
