@@ -51,6 +51,16 @@ def test_cli_pingall_and_queues_through_a_tty():
         assert int(child.match.group(1)) > 0 and int(child.match.group(4)) > 0, child.match.group(0)
         child.expect(r"verdict: timing held in [\d.]+% of \d+ 100 ms windows")
         child.expect_exact("mininet> ")
+        child.sendline("allreduce h1 h2 h5 h6 size=256K iters=1")  # ranks in the hosts, nccl-tests table
+        child.expect(r"262144 +65536 +float +sum +ring", timeout=60)
+        child.expect_exact("# Out of bounds values : 0 OK")
+        child.expect_exact("mininet> ")
+        child.sendline("allreduce h1 h99")
+        child.expect_exact("allreduce: hosts: h99 not in topology")
+        child.expect_exact("mininet> ")
+        child.sendline("jobs")
+        child.expect(r"allreduce1: done, h1 h2 h5 h6; ring 262144 B busbw [\d.]+ Mbit/s, 0 wrong")
+        child.expect_exact("mininet> ")
         child.sendline("exit")
         child.expect(pexpect.EOF, timeout=30)
     finally:
