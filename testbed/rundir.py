@@ -87,12 +87,14 @@ def clean_run(run_dir: Path) -> list[str]:
         try:
             pid_text, start = pid_file.read_text().split()
             pid = int(pid_text)
+        except FileNotFoundError:  # its owner forgot it meanwhile (a teardown running beside us)
+            continue
         except ValueError:
-            pid_file.unlink()
+            pid_file.unlink(missing_ok=True)
             continue
         if end_process(pid, start):
             done.append(f"ended {pid_file.stem} (pid {pid})")
-        pid_file.unlink()
+        pid_file.unlink(missing_ok=True)
     # Interfaces first: deleting a veth end in the root namespace removes its peer in a namespace.
     for listing, exists, delete, what in (
         ("interfaces.txt", "/sys/class/net/{}", ["ip", "link", "del"], "interface"),
