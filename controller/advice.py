@@ -141,6 +141,8 @@ class AdviceLoop:
         for (src, dst, _proto, _sport, _dport), flow in snap.flows.items():
             if now - flow.updated > FLOW_TIMEOUT_S or src not in self.host_by_ip or dst not in self.host_by_ip:
                 continue
+            if flow.data_at is None or now - flow.data_at > FLOW_TIMEOUT_S:
+                continue  # only ACKs seen lately: the other direction's transfer, not a demand of its own
             entry = pairs.setdefault((src, dst), {"flows": 0, "links": None})
             entry["flows"] += 1  # kept for the log; shares are per host pair (a control connection is a flow too)
             entry["links"] = (nic_link(self.host_by_ip[src]),) + tuple(egress_link(sw, out) for sw, _, out in flow.hops)

@@ -26,7 +26,7 @@ from types import MappingProxyType
 
 from topologies.spec import LinkId, egress_link
 from wire.fidelity import BMV2_RATE_PKT_BYTES, FidelityWindows
-from wire.intmd import DSCP_INT, UNKNOWN32, Hop, IntFormatError, IntStack, l4_header_length, parse
+from wire.intmd import DSCP_INT, UNKNOWN32, Hop, IntFormatError, IntStack, int_length, l4_header_length, parse
 
 # The rate is taken over at least this much switch time: at 20 Mbit/s, 20 ms is ~33 full-size
 # frames, so one frame more or less between two reports moves the rate by ~3%, not by 60% as over 1 ms.
@@ -78,10 +78,13 @@ class PortView:
 
 @dataclass(frozen=True)
 class FlowPath:
-    """The last path a flow's INT showed: (switch, ingress port, egress port) from source to sink."""
+    """The last path a flow's INT showed: (switch, ingress port, egress port) from source to sink;
+    data_at: when a reported packet of it last carried payload (None: only pure ACKs so far — the
+    reverse direction of a TCP transfer is a flow to INT, but no demand)."""
 
     hops: tuple[tuple[str, int, int], ...]
     updated: float
+    data_at: float | None = None
 
 
 FlowKey = tuple[str, str, int, int, int]  # src ip, dst ip, IP protocol, src port, dst port
@@ -173,7 +176,9 @@ class Collector:
             self._update_port(switch, hop, now)
             if self.lateness is not None:
                 self.lateness.hop(switch, hop, wall)
-        self._flows[flow] = FlowPath(tuple(reversed(path)), now)
+        previous = self._flows.get(flow)
+        data_at = now if payload_bytes(frame) > 0 else (previous.data_at if previous else None)
+        self._flows[flow] = FlowPath(tuple(reversed(path)), now, data_at)
         self._changed()
         return stack
 
@@ -249,6 +254,13 @@ class Collector:
             self._series = self._writer = None
         if self.lateness is not None:
             self.lateness.close()
+
+
+def payload_bytes(frame: bytes) -> int:
+    """L4 payload of the packet a (decodable) report carries: IPv4 total length less the IPv4, L4
+    and INT headers (0 for a pure TCP ACK)."""
+    l4 = 34 + l4_header_length(frame, 34, frame[23])
+    return max(0, int.from_bytes(frame[16:18], "big") - 20 - (l4 - 34) - int_length(frame, l4))
 
 
 def decode_report(frame: bytes) -> tuple[IntStack, tuple[str, str, int, int, int]]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from unittest.mock import patch
 
 import pytest
-from scapy.layers.inet import IP, UDP
+from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
-from controller.telemetry import Collector, HopLateness, decode_report
+from controller.telemetry import Collector, HopLateness, decode_report, payload_bytes
 from testbed.fidelity import read_records
 from tests.unit.softswitch.test_inband import Fabric, frame_from
 from wire.fidelity import FidelityWindows
@@ -105,3 +105,22 @@ def test_snapshots_are_immutable_per_version_and_listeners_hear_every_change():
     assert collector.feed(b"\x00" * 60) is None  # a bad report changes nothing
     collector.expire(now=102.0)
     assert heard == [1, 2, 3] and not collector.snapshot().flows
+
+
+def ack_report(hops: list[Hop], payload: bytes = b"") -> bytes:
+    stack = IntStack(orig_dscp=0, remaining_hop_cnt=6 - len(hops), hops=hops)
+    return bytes(Ether() / IP(src="10.0.4.1", dst="10.0.3.1", tos=DSCP_INT << 2)
+                 / TCP(sport=5201, dport=40000, flags="A") / (stack.pack() + payload))
+
+
+def test_a_flow_of_pure_acks_is_seen_but_carries_no_data_until_a_packet_has_payload():
+    collector = Collector({7: "s7"})
+    key = ("10.0.4.1", "10.0.3.1", 6, 5201, 40000)
+    assert payload_bytes(ack_report([hop(7, 3, 0, 10)])) == 0
+    collector.feed(ack_report([hop(7, 3, 0, 10)]), now=1.0)
+    assert collector.snapshot().flows[key].data_at is None
+    collector.feed(ack_report([hop(7, 3, 0, 20)], payload=b"x" * 100), now=2.0)
+    assert payload_bytes(ack_report([hop(7, 3, 0, 20)], payload=b"x" * 100)) == 100
+    collector.feed(ack_report([hop(7, 3, 0, 30)]), now=3.0)  # an ACK after data keeps the data time
+    flow = collector.snapshot().flows[key]
+    assert flow.updated == 3.0 and flow.data_at == 2.0
