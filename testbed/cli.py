@@ -1,6 +1,6 @@
 """The testbed's Mininet CLI: Mininet's commands (pingall, iperf, hN cmd ...) plus a banner and
 `switches` / `queues` / `int` / `advice` / `mode` / `fidelity` to show and steer the fabric, and
-`allreduce` / `jobs` to run collectives on it."""
+`allreduce` / `incast` / `flows` / `jobs` to run collectives and flows on it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from testbed.traffic import iperf3_tcp
 
 if TYPE_CHECKING:
     from wire import advice_pb2_grpc as pb_grpc
-    from workloads.allreduce.job import BackgroundJob
+    from workloads.hosts import BackgroundJob
 
 FIDELITY_SECONDS = 10.0
 
@@ -30,7 +30,8 @@ def banner(tb: Testbed) -> str:
         f"  run directory: {tb.run_dir}",
         "  logs: switches/<name>.log, controller.log, p4runtime-requests.log",
         "  try: pingall | iperf h1 h8 | h1 ping -c3 h8 | switches | queues s3 | int s3 | advice | mode advice",
-        "       allreduce h1 h2 h5 h6 size=8M algo=ring|tree|hd|auto iters=5 [bg] | jobs | fidelity | exit",
+        "       allreduce h1 h2 h5 h6 size=8M algo=ring|tree|hd|auto iters=5 [bg] | incast h5 h1 h2 h3 size=1M",
+        "       flows all load=0.3 seconds=10 [bg] | jobs | fidelity | exit",
     ]
     return "\n".join(lines) + "\n"
 
@@ -40,7 +41,7 @@ class StarNetCLI(CLI):
 
     def __init__(self, tb: Testbed, **kwargs: Any) -> None:
         self.tb = tb
-        self.jobs: list[BackgroundJob] = []  # all-reduce jobs started from this CLI
+        self.jobs: list[BackgroundJob] = []  # all-reduce and flow jobs started from this CLI
         assert tb.net is not None
         tb.net.stdout_banner = banner(tb)
         super().__init__(tb.net, **kwargs)
@@ -188,25 +189,37 @@ class StarNetCLI(CLI):
                     f"{p['rate_mbps']:.0f} Mbps\n")
 
     # ---- workloads ---------------------------------------------------------------------------
-    def do_allreduce(self, line: str) -> None:
-        """allreduce HOST... [size=8M] [algo=ring|tree|hd|auto] [iters=5] [chunk=256K] [cc=cubic]
-        [order=topology|given] [bg]: an all-reduce over the hosts (`all` = every host), printed as an
-        nccl-tests table; `bg` runs it in the background (see `jobs`)."""
-        from workloads.allreduce.fabric import FabricView
-        from workloads.allreduce.job import BackgroundJob, JobSpec
-        from workloads.allreduce.launcher import JobError, parse_size
-
+    def _words(self, line: str, allowed: tuple[str, ...]) -> tuple[list[str], dict[str, str], bool]:
+        """HOST... key=value... [bg]: the hosts (`all` = every host), the options, and whether in the background."""
         words = line.split()
-        background = "bg" in words or "&" in words
         hosts = [w for w in words if "=" not in w and w not in ("bg", "&")]
         options = dict(w.split("=", 1) for w in words if "=" in w)
         if hosts == ["all"]:
             hosts = [h.name for h in self.mn.hosts]
-        unknown = set(options) - {"size", "algo", "iters", "chunk", "cc", "order", "warmup"}
+        unknown = set(options) - set(allowed)
+        if unknown:
+            raise ValueError(f"unknown option {', '.join(sorted(unknown))} ({', '.join(allowed)})")
+        return hosts, options, "bg" in words or "&" in words
+
+    def _launch(self, job: BackgroundJob, background: bool) -> None:
+        self.jobs.append(job)
+        if background:
+            job.start()
+            self.stdout.write(f"{job.name} started in the background (`jobs` shows it)\n")
+            return
+        job.run(lambda text: self.stdout.write(text + "\n"))
+        self.stdout.write(job.describe(full=True) + "\n")
+
+    def do_allreduce(self, line: str) -> None:
+        """allreduce HOST... [size=8M] [algo=ring|tree|hd|auto] [iters=5] [chunk=256K] [cc=cubic]
+        [order=topology|given] [bg]: an all-reduce over the hosts (`all` = every host), printed as an
+        nccl-tests table; `bg` runs it in the background (see `jobs`)."""
+        from workloads.allreduce.job import JobSpec, background
+        from workloads.fabric import FabricView
+        from workloads.hosts import JobError, parse_size
+
         try:
-            if unknown:
-                raise JobError(f"unknown option {', '.join(sorted(unknown))} "
-                               "(size, algo, iters, chunk, cc, order, warmup)")
+            hosts, options, bg = self._words(line, ("size", "algo", "iters", "chunk", "cc", "order", "warmup"))
             spec = JobSpec(hosts=hosts, sizes=[parse_size(options.get("size", "8M"))],
                            algo=options.get("algo", "ring"), iters=int(options.get("iters", 5)),
                            warmup=int(options.get("warmup", 1)), chunk_bytes=parse_size(options.get("chunk", "256K")),
@@ -218,19 +231,53 @@ class StarNetCLI(CLI):
         except (JobError, ValueError) as exc:
             self.stdout.write(f"allreduce: {exc}\n")
             return
-        job = BackgroundJob(spec, view)
-        self.jobs.append(job)
-        if background:
-            job.start()
-            self.stdout.write(f"{spec.name} started in the background (`jobs` shows it)\n")
+        self._launch(background(spec, view), bg)
+
+    def do_incast(self, line: str) -> None:
+        """incast RECEIVER SENDER... [size=1M] [cc=cubic] [bg]: every sender sends size bytes to the
+        receiver at once; per-sender completion time and goodput, Jain fairness (see `jobs`)."""
+        from workloads.fabric import FabricView
+        from workloads.flows.job import background_job
+        from workloads.flows.schedule import incast
+        from workloads.hosts import JobError, parse_size
+
+        try:
+            hosts, options, bg = self._words(line, ("size", "cc"))
+            if len(hosts) < 2:
+                raise ValueError("give the receiver, then at least one sender")
+            view = FabricView.of_testbed(self.tb)
+            view.endpoints(hosts, "given")
+            flows = incast(hosts[0], hosts[1:], parse_size(options.get("size", "1M")))
+        except (JobError, ValueError) as exc:
+            self.stdout.write(f"incast: {exc}\n")
             return
-        job.run(lambda text: self.stdout.write(text + "\n"))
-        self.stdout.write(job.describe(full=True) + "\n")
+        self._launch(background_job(f"incast{len(self.jobs) + 1}", flows, view, "incast", options.get("cc")), bg)
+
+    def do_flows(self, line: str) -> None:
+        """flows HOST...|all [load=0.3] [seconds=10] [seed=1] [min=16K] [max=2M] [cc=cubic] [bg]: background
+        flows, Poisson arrivals between random pairs of the hosts offering load of each host's link,
+        log-uniform sizes; completion times per size (see `jobs`)."""
+        from workloads.fabric import FabricView
+        from workloads.flows.job import background_job
+        from workloads.flows.schedule import background
+        from workloads.hosts import JobError, parse_size
+
+        try:
+            hosts, options, bg = self._words(line, ("load", "seconds", "seed", "min", "max", "cc"))
+            view = FabricView.of_testbed(self.tb)
+            view.endpoints(hosts, "given")
+            flows = background(hosts, float(options.get("seconds", 10)), float(options.get("load", 0.3)),
+                               view.link_mbps(hosts), int(options.get("seed", 1)),
+                               parse_size(options.get("min", "16K")), parse_size(options.get("max", "2M")))
+        except (JobError, ValueError) as exc:
+            self.stdout.write(f"flows: {exc}\n")
+            return
+        self._launch(background_job(f"flows{len(self.jobs) + 1}", flows, view, "background", options.get("cc")), bg)
 
     def do_jobs(self, line: str) -> None:
-        """jobs: the all-reduce jobs started in this session, with their results."""
+        """jobs: the all-reduce and flow jobs started in this session, with their results."""
         if not self.jobs:
-            self.stdout.write("no jobs yet (allreduce)\n")
+            self.stdout.write("no jobs yet (allreduce, incast, flows)\n")
         for job in self.jobs:
             self.stdout.write(job.describe() + "\n")
 

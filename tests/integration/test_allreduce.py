@@ -12,8 +12,8 @@ import pytest
 from testbed.net import Testbed
 from tests.integration.incast_check import set_mode
 from topologies import leafspine
-from workloads.allreduce.fabric import FabricView
 from workloads.allreduce.job import JobOutcome, JobSpec, run_job
+from workloads.fabric import FabricView
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 LINK_MBPS = 20.0

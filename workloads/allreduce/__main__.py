@@ -16,11 +16,12 @@ import os
 import sys
 from pathlib import Path
 
-from workloads.allreduce.fabric import FabricView
 from workloads.allreduce.job import JobSpec, run_job
-from workloads.allreduce.launcher import JobError, parse_size, size_range
+from workloads.allreduce.launcher import size_range
 from workloads.allreduce.schedule import ALGORITHMS
 from workloads.allreduce.tuner import DEFAULT_CACHE
+from workloads.fabric import FabricView
+from workloads.hosts import JobError, parse_size
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -10,7 +10,6 @@ Used by `python -m workloads.allreduce`, the testbed CLI's `allreduce` and the t
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -18,19 +17,11 @@ from pathlib import Path
 
 from testbed.rundir import new_run_dir
 from workloads.allreduce.executor import DEFAULT_CHUNK_BYTES
-from workloads.allreduce.fabric import FabricView
-from workloads.allreduce.launcher import (
-    AllReduceJob,
-    JobError,
-    LocalSpawner,
-    SizeResult,
-    Spawner,
-    format_table,
-    local_endpoints,
-    write_results,
-)
+from workloads.allreduce.launcher import AllReduceJob, SizeResult, format_table, write_results
 from workloads.allreduce.schedule import ALGORITHMS
 from workloads.allreduce.tuner import DEFAULT_CACHE, TunerCache, fingerprint, pick
+from workloads.fabric import FabricView
+from workloads.hosts import BackgroundJob, JobError, LocalSpawner, Spawner, local_endpoints
 
 CONGESTION_CONTROL = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
@@ -118,7 +109,7 @@ def run_job(spec: JobSpec, view: FabricView | None = None, progress: Callable[[s
         if view is None:
             view = FabricView.of_run_dir()
         endpoints = view.endpoints(spec.hosts, spec.order)
-        workdir = workdir or _job_dir(view.run_dir, spec.name)
+        workdir = workdir or view.job_dir(spec.name)
         spawner = view.spawner(workdir.name)
         declare = spec.declare if spec.declare is not None else True
         controller = view.controller_address() if declare else None
@@ -156,52 +147,14 @@ def run_job(spec: JobSpec, view: FabricView | None = None, progress: Callable[[s
     return outcome
 
 
-def _job_dir(run_dir: Path, name: str) -> Path:
-    base = run_dir / "jobs"
-    path = base / name
-    n = 1
-    while path.exists():
-        n += 1
-        path = base / f"{name}-{n}"
-    path.mkdir(parents=True)
-    return path
+def background(spec: JobSpec, view: FabricView) -> BackgroundJob:
+    """The job as the CLI runs it (foreground or background), described by `jobs`."""
+    return BackgroundJob(spec.name, lambda progress: run_job(spec, view, progress=progress), describe)
 
 
-class BackgroundJob:
-    """A job the CLI runs in the foreground or on a thread of its own, and can describe at any time."""
-
-    def __init__(self, spec: JobSpec, view: FabricView) -> None:
-        self.spec = spec
-        self.view = view
-        self.outcome: JobOutcome | None = None
-        self.error: str | None = None
-        self.progress = "starting"
-        self._thread: threading.Thread | None = None
-
-    def run(self, progress: Callable[[str], None] | None = None) -> None:
-        def note(text: str) -> None:
-            self.progress = text
-            if progress:
-                progress(text)
-
-        try:
-            self.outcome = run_job(self.spec, self.view, progress=note)
-        except (JobError, OSError, RuntimeError) as exc:
-            self.error = str(exc)
-
-    def start(self) -> BackgroundJob:
-        self._thread = threading.Thread(target=self.run, name=self.spec.name, daemon=True)
-        self._thread.start()
-        return self
-
-    def describe(self, full: bool = False) -> str:
-        name = self.spec.name
-        if self.error:
-            return f"{name}: failed: {self.error}"
-        if self.outcome is None:
-            return f"{name}: running — {self.progress}"
-        o = self.outcome
-        summary = (f"{name}: done, {' '.join(o.hosts)}; "
-                   + "; ".join(f"{r.algo} {r.size_bytes} B busbw {r.busbw_gbs * 8e3:.2f} Mbit/s, {r.wrong} wrong"
-                               for r in o.results) + f" ({o.workdir})")
-        return (o.table + "\n" + summary) if full else summary
+def describe(outcome: object, full: bool = False) -> str:
+    assert isinstance(outcome, JobOutcome)
+    summary = (f"{outcome.spec.name}: done, {' '.join(outcome.hosts)}; "
+               + "; ".join(f"{r.algo} {r.size_bytes} B busbw {r.busbw_gbs * 8e3:.2f} Mbit/s, {r.wrong} wrong"
+                           for r in outcome.results) + f" ({outcome.workdir})")
+    return (outcome.table + "\n" + summary) if full else summary

@@ -12,7 +12,6 @@ the other ranks over TCP: a full mesh, so one job can run every algorithm. Proto
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import socket
 import struct
@@ -25,6 +24,7 @@ import numpy as np
 from workloads.allreduce.data import count_wrong, expected_sum, rank_data
 from workloads.allreduce.executor import Executor, PeerError, cut
 from workloads.allreduce.schedule import bytes_sent, schedule
+from workloads.hosts import Control
 
 log = logging.getLogger("allreduce.rank")
 HELLO = struct.Struct("!I")
@@ -56,22 +56,6 @@ def _tune(sock: socket.socket, cc: str | None) -> None:
         except OSError as exc:
             available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().strip()
             raise SystemExit(f"--cc {cc}: the kernel refused it ({exc}); available: {available}") from exc
-
-
-class Control:
-    def __init__(self, path: Path) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(str(path))
-        self.reader = self.sock.makefile("r")
-
-    def send(self, message: dict) -> None:
-        self.sock.sendall((json.dumps(message) + "\n").encode())
-
-    def recv(self) -> dict:
-        line = self.reader.readline()
-        if not line:
-            raise SystemExit("the launcher went away")
-        return json.loads(line)
 
 
 def connect_mesh(args: argparse.Namespace, listener: socket.socket,

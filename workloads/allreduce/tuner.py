@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from testbed.rundir import RUNS
-from workloads.allreduce.launcher import AllReduceJob, SizeResult, format_size, format_table
+from workloads.allreduce.launcher import AllReduceJob, SizeResult, format_table
 from workloads.allreduce.schedule import ALGORITHMS
+from workloads.hosts import format_size
 
 DEFAULT_CACHE = RUNS / "tuner-cache.json"
 CANDIDATE_CHUNKS = (64 << 10, 256 << 10, 1 << 20, 4 << 20)

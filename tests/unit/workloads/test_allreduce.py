@@ -12,9 +12,10 @@ import pytest
 from workloads.allreduce.data import count_wrong, expected_sum, rank_data
 from workloads.allreduce.executor import Executor, cut
 from workloads.allreduce.job import JobSpec, run_job
-from workloads.allreduce.launcher import JobError, SizeResult, parse_size, size_range
+from workloads.allreduce.launcher import SizeResult, size_range
 from workloads.allreduce.schedule import ALGORITHMS, bytes_sent, schedule, split
 from workloads.allreduce.tuner import TunerCache, candidates
+from workloads.hosts import JobError, parse_size
 
 
 def run_in_threads(algo: str, n: int, count: int, chunk: int, seed: int = 3) -> list[np.ndarray]:

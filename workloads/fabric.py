@@ -1,8 +1,9 @@
-"""All-reduce jobs on a testbed's hosts: rank order, addresses and spawning in host namespaces.
+"""Workloads on a testbed's hosts: rank order, addresses, job directories and spawning in host namespaces.
 
 Works from inside the testbed's process (`Testbed`) and from any other process through the run
 directory of a running testbed (its topology.yaml, host PIDs and controller address), so
-`python -m workloads.allreduce --hosts h1,h2,h3,h4` runs against the `make run` testbed.
+`python -m workloads.allreduce --hosts h1,h2,h3,h4` and `python -m workloads.flows` run against the
+`make run` testbed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 from testbed.rundir import RUNS, forget_pid, record_pid
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology, load_topology
-from workloads.allreduce.launcher import Endpoint, JobError
+from workloads.hosts import Endpoint, JobError
 
 if TYPE_CHECKING:
     from testbed.net import Testbed
@@ -102,6 +103,10 @@ class FabricView:
         """order: topology (grouped by leaf) or given (as listed)."""
         if len(set(hosts)) != len(hosts):
             raise JobError(f"hosts: {' '.join(hosts)} lists a host twice")
+        known = {h.name for h in self.topo.hosts}
+        unknown = [h for h in hosts if h not in known]
+        if unknown:
+            raise JobError(f"hosts: {', '.join(unknown)} not in topology {self.topo.name} ({', '.join(sorted(known))})")
         if order == "topology":
             hosts = topology_order(self.topo, hosts)
         elif order != "given":
@@ -113,3 +118,16 @@ class FabricView:
 
     def spawner(self, job: str) -> NamespaceSpawner:
         return NamespaceSpawner(self.host_pids, self.run_dir, job)
+
+    def job_dir(self, name: str) -> Path:
+        """A new directory runs/<run>/jobs/<name>[-N]/ for one job's logs and results."""
+        base = self.run_dir / "jobs"
+        base.mkdir(parents=True, exist_ok=True)
+        n = 1
+        while True:
+            path = base / (name if n == 1 else f"{name}-{n}")
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                n += 1

@@ -1,0 +1,69 @@
+"""Flow schedules: which host sends how many bytes to which, when (seconds after the job's start).
+
+Pure functions of their arguments and seed, so a run is reproduced by its parameters.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Flow:
+    """id: unique in a job; src, dst: host names; start_s: after the job's t0; size_bytes: payload."""
+
+    id: int
+    src: str
+    dst: str
+    start_s: float
+    size_bytes: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def incast(receiver: str, senders: list[str], size_bytes: int, start_s: float = 0.0) -> list[Flow]:
+    """Every sender sends size_bytes to receiver at the same moment (the partition/aggregate pattern)."""
+    if not senders:
+        raise ValueError("senders: an incast needs at least one sender")
+    if receiver in senders:
+        raise ValueError(f"senders: the receiver {receiver} cannot also send to itself")
+    if len(set(senders)) != len(senders):
+        raise ValueError(f"senders: {' '.join(senders)} lists a host twice")
+    if size_bytes < 1:
+        raise ValueError(f"size: must be >= 1 byte, got {size_bytes}")
+    return [Flow(i, s, receiver, start_s, size_bytes) for i, s in enumerate(senders)]
+
+
+def log_uniform_mean(lo: int, hi: int) -> float:
+    """Mean of a log-uniform distribution on [lo, hi]."""
+    return float(lo) if hi == lo else (hi - lo) / math.log(hi / lo)
+
+
+def background(hosts: list[str], seconds: float, load: float, link_mbps: float, seed: int,
+               min_bytes: int = 16 << 10, max_bytes: int = 2 << 20) -> list[Flow]:
+    """Poisson flow arrivals at every host for `seconds`, each to a uniformly chosen other host,
+    sizes log-uniform in [min_bytes, max_bytes] (many small flows, a few large ones carry most bytes);
+    the arrival rate offers `load` (0..1) of each host's link_mbps on average."""
+    if len(hosts) < 2:
+        raise ValueError("hosts: background flows need at least 2 hosts")
+    if not 0 < load <= 1:
+        raise ValueError(f"load: must be in (0, 1], got {load}")
+    if seconds <= 0:
+        raise ValueError(f"seconds: must be > 0, got {seconds}")
+    if not 1 <= min_bytes <= max_bytes:
+        raise ValueError(f"sizes: need 1 <= min <= max, got {min_bytes} and {max_bytes}")
+    rng = random.Random(seed)
+    rate_per_s = load * link_mbps * 1e6 / 8 / log_uniform_mean(min_bytes, max_bytes)
+    flows: list[Flow] = []
+    for src in hosts:
+        t = rng.expovariate(rate_per_s)
+        while t < seconds:
+            dst = rng.choice([h for h in hosts if h != src])
+            size = int(round(math.exp(rng.uniform(math.log(min_bytes), math.log(max_bytes)))))
+            flows.append(Flow(0, src, dst, round(t, 6), size))
+            t += rng.expovariate(rate_per_s)
+    flows.sort(key=lambda f: (f.start_s, f.src))
+    return [Flow(i, f.src, f.dst, f.start_s, f.size_bytes) for i, f in enumerate(flows)]
