@@ -17,10 +17,14 @@ from workloads.fabric import FabricView
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 LINK_MBPS = 20.0
-# The goal is 85% of the link for the ring (a figure for the closing note and the README,
-# with its verdict). Measured here: 69% with 35% of the windows faithful (four soft switches and
-# eight ranks on two cores); at 10 Mbit/s links 78% with 89% faithful. The test holds a floor that
-# a broken pipeline (serialised steps, a stalled rank, drops) falls under and a loaded run does not.
+# The goal: an uncontended ring over all hosts, >= 8 MB, reaches busbw >= 85% of the link.
+# With the advice loop on it does: 89-91% in every run here (ranks declare their transfers; pacing
+# keeps the switch queues short, so each flow's ACKs are not dropped behind its neighbour's data).
+# A run on a machine busy with other work can lose a few points; one stalled run is measured again.
+RING_GOAL = 0.85
+# Mode none (plain TCP, 64-packet drop-tail queues): 69-83% here — every ring flow's ACKs share the
+# saturated queue of its predecessor's flow. The floor catches a broken pipeline (serialised steps,
+# a stalled rank, drops), not the goal.
 RING_FLOOR = 0.45
 ALL = [f"h{i}" for i in range(1, 9)]
 
@@ -52,22 +56,26 @@ def test_every_algorithm_over_all_hosts_is_exact_and_the_ring_keeps_the_links_bu
         assert {s[0] for s in outcome.results[0].steps} == set(range(8))  # every rank's step timings
         if algo == "ring":
             ring = outcome
-    # The same ring with the advice loop on: each rank declared its transfer, and only flows that
+    # The same ring with the advice loop on: each rank declares its transfer, and only flows that
     # carry data are demands (the ACK direction used to halve every NIC: 45% of the link).
     set_mode(fabric, "advice")
     try:
-        t0 = fabric.now()
-        advised = run_job(JobSpec(hosts=ALL, sizes=[8 << 20], algo="ring", iters=2, name="ring-advice"), view,
-                          progress=None)
-        verdict = fabric.verdict(t0, fabric.now())
+        for attempt in (1, 2):
+            t0 = fabric.now()
+            advised = run_job(JobSpec(hosts=ALL, sizes=[8 << 20], algo="ring", iters=2, name="ring-advice"), view,
+                              progress=None)
+            verdict = fabric.verdict(t0, fabric.now())
+            lines.append(f"  ring, mode advice (run {attempt}): busbw {busbw_mbps(advised):5.2f} Mbit/s = "
+                         f"{busbw_mbps(advised) / LINK_MBPS:4.0%} of the link; {verdict.line()}")
+            if busbw_mbps(advised) >= RING_GOAL * LINK_MBPS or advised.wrong:
+                break
     finally:
         set_mode(fabric, "none")
-    lines.append(f"  ring, mode advice: busbw {busbw_mbps(advised):5.2f} Mbit/s = "
-                 f"{busbw_mbps(advised) / LINK_MBPS:4.0%} of the link; {verdict.line()}")
+    print("\n" + advised.table)
     print("\n".join(lines))
     assert advised.wrong == 0
     assert busbw_mbps(ring) >= RING_FLOOR * LINK_MBPS, ring.table
-    assert busbw_mbps(advised) >= RING_FLOOR * LINK_MBPS, advised.table
+    assert busbw_mbps(advised) >= RING_GOAL * LINK_MBPS, "\n".join([advised.table, *lines])
 
 
 def test_auto_picks_the_fastest_candidate_it_measured_and_caches_it(fabric, tmp_path):
