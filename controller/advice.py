@@ -205,6 +205,8 @@ class AdviceLoop:
             self.sent_at[(src, dst)] = now
             self.decisions += 1
             self._writer.writerow([f"{now_wall:.6f}", self.epoch, src, dst, int(rate), reason])
+        if advice:
+            self._series.flush()  # one write per decision: advice.csv is read while the run goes on
 
     def _next_refresh_in(self, now: float) -> float:
         """Seconds until the first advice in force needs its refresh (IDLE_WAKE_S if none)."""
@@ -222,8 +224,6 @@ class AdviceLoop:
                 self.step()
             except (KeyError, ValueError) as exc:
                 log.warning("advisor: %s", exc)
-            if self.decisions and self.decisions % 64 == 0:
-                self._series.flush()
             try:
                 await asyncio.wait_for(self._wake.wait(), self._next_refresh_in(time.monotonic()))
             except TimeoutError:

@@ -62,7 +62,8 @@ class Controller:
         self.stopping = asyncio.Event()
         self.packet_ins = 0
         self.collector = Collector({self.plan.switches[s.name].device_id: s.name for s in self.topo.switches},
-                                   series=run_dir / "telemetry.csv", lateness=self._hop_lateness(fidelity_file))
+                                   series=run_dir / "telemetry.csv", lateness=self._hop_lateness(fidelity_file),
+                                   flow_log=run_dir / "int-flows.csv")
         self.advice = AdviceLoop(self.topo, self.plan, self.collector, run_dir, mode,
                                  AdvisorParams(eta=eta, drain_s=drain_s, queue_allowance_pkts=2), interval_s)
         self.loop_lag: FidelityWindows | None = None  # set by main(): event-loop lag into fidelity.csv

@@ -134,12 +134,18 @@ class HopLateness:
             windows.close()
 
 
+FLOW_LOG_FIELDS = ["time", "src", "dst", "proto", "sport", "dport", "path", "source_egress_us", "sink_egress_us"]
+
+
 class Collector:
     """node_names: INT node id → switch name; series: CSV path for the time series (None = off);
-    lateness: the timing monitor fed with the hops of switches that have none of their own."""
+    lateness: the timing monitor fed with the hops of switches that have none of their own;
+    flow_log: CSV path for one row per flow when its first report with payload arrives (wall time,
+    5-tuple, path, the source and sink hops' egress timestamps on their switch-local µs clocks), so
+    a benchmark can time the advice path stage by stage (None = off)."""
 
     def __init__(self, node_names: dict[int, str], series: Path | None = None, max_age_s: float = 5.0,
-                 lateness: HopLateness | None = None) -> None:
+                 lateness: HopLateness | None = None, flow_log: Path | None = None) -> None:
         self.node_names = node_names
         self.lateness = lateness
         self.max_age_s = max_age_s
@@ -158,6 +164,10 @@ class Collector:
             self._writer = csv.writer(self._series)
             if new:
                 self._writer.writerow(SERIES_FIELDS)
+        self._flow_file = flow_log.open("a", newline="") if flow_log is not None else None
+        self._flow_writer = csv.writer(self._flow_file) if self._flow_file is not None else None
+        if self._flow_writer is not None and flow_log is not None and flow_log.stat().st_size == 0:
+            self._flow_writer.writerow(FLOW_LOG_FIELDS)
 
     def feed(self, frame: bytes, now: float | None = None) -> IntStack | None:
         """Take one report (an Ethernet frame with INT); return its stack, None if it was not valid INT."""
@@ -179,6 +189,10 @@ class Collector:
         previous = self._flows.get(flow)
         data_at = now if payload_bytes(frame) > 0 else (previous.data_at if previous else None)
         self._flows[flow] = FlowPath(tuple(reversed(path)), now, data_at)
+        if self._flow_writer is not None and data_at is not None and (previous is None or previous.data_at is None):
+            self._flow_writer.writerow([f"{wall:.6f}", *flow, " ".join(p[0] for p in reversed(path)),
+                                        stack.hops[-1].egress_ts_us, stack.hops[0].egress_ts_us])
+            self._flow_file.flush()  # type: ignore[union-attr]
         self._changed()
         return stack
 
@@ -252,6 +266,9 @@ class Collector:
         if self._series is not None:
             self._series.close()
             self._series = self._writer = None
+        if self._flow_file is not None:
+            self._flow_file.close()
+            self._flow_file = self._flow_writer = None
         if self.lateness is not None:
             self.lateness.close()
 

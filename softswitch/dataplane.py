@@ -304,6 +304,7 @@ class DataPlane:
         return {
             "time": time.time(),
             "uptime_s": time.time() - self.started,
+            "int_clock_epoch_wall": self.pipeline.int_engine.epoch_wall,
             "drops": self.pipeline.drop_counts(),
             "flow_cache_entries": len(self.pipeline.flow_cache),
             "pipeline_failures": dict(self.bad_frame_kinds),

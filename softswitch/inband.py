@@ -82,6 +82,7 @@ class IntEngine:
         self.last_report = [0.0] * REPORT_FLOW_SLOTS
         self.to_cpu: Callable[[bytes, int, int], None] | None = None
         self.epoch = time.monotonic()
+        self.epoch_wall = time.time() - (time.monotonic() - self.epoch)  # wall time of clock_us 0
         self.reports = 0
         self.rate_limited = 0
 

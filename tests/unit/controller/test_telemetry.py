@@ -124,3 +124,16 @@ def test_a_flow_of_pure_acks_is_seen_but_carries_no_data_until_a_packet_has_payl
     collector.feed(ack_report([hop(7, 3, 0, 30)]), now=3.0)  # an ACK after data keeps the data time
     flow = collector.snapshot().flows[key]
     assert flow.updated == 3.0 and flow.data_at == 2.0
+
+
+def test_the_flow_log_has_one_row_per_flow_when_its_first_data_arrives(tmp_path):
+    collector = Collector({7: "s7", 8: "s8"}, flow_log=tmp_path / "int-flows.csv")
+    hops = [hop(8, 1, 0, 900), hop(7, 3, 0, 500)]  # newest first: s7 was the source, s8 the sink
+    collector.feed(report(hops))
+    collector.feed(report(hops))  # the same flow again: no second row
+    collector.feed(report(hops, sport=4001))
+    collector.close()
+    rows = (tmp_path / "int-flows.csv").read_text().splitlines()
+    assert rows[0] == "time,src,dst,proto,sport,dport,path,source_egress_us,sink_egress_us"
+    assert [r.split(",")[1:] for r in rows[1:]] == [["10.0.3.1", "10.0.4.1", "17", str(sport), "5000", "s7 s8",
+                                                     "500", "900"] for sport in (4000, 4001)]
