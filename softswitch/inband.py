@@ -25,6 +25,7 @@ from wire.intmd import (
     SHIM_BYTES,
     SHIM_LEN,
     UNKNOWN32,
+    insert_source_header,
     push_hop,
     strip,
 )
@@ -35,12 +36,14 @@ REPORT_INTERVAL_S = REPORT_INTERVAL_US / 1e6
 
 
 class IntPending:
-    """A frame carrying INT on its way through the egress queue."""
+    """A frame carrying INT on its way through the egress queue. fresh: this switch is the flow's
+    source and sink at once, and the frame carries no INT yet — it leaves as it came, and only a
+    report that is due gets the INT header and this switch's hop."""
 
-    __slots__ = ("frame", "in_port", "int_off", "sink", "t_in", "qdepth", "flow_slot")
+    __slots__ = ("frame", "in_port", "int_off", "sink", "t_in", "qdepth", "flow_slot", "fresh")
 
     def __init__(self, frame: bytearray, in_port: int, int_off: int, sink: bool, t_in: float,
-                 flow_slot: int) -> None:
+                 flow_slot: int, fresh: bool = False) -> None:
         self.frame = frame
         self.in_port = in_port
         self.int_off = int_off
@@ -48,9 +51,12 @@ class IntPending:
         self.t_in = t_in
         self.qdepth = 0
         self.flow_slot = flow_slot
+        self.fresh = fresh
 
     def __len__(self) -> int:
         # Bytes on the wire as the token bucket should see them.
+        if self.fresh:
+            return len(self.frame)
         if self.sink:
             return len(self.frame) - SHIM_BYTES - 4 * self.frame[self.int_off + SHIM_LEN]
         return len(self.frame) + HOP_BYTES
@@ -92,28 +98,31 @@ class IntEngine:
 
     def egress(self, item: IntPending, port: int, tx_bytes: int, now: float | None = None) -> bytearray:
         """The frame as it leaves `port` at monotonic time `now` (default: the clock): with this
-        switch's hop (transit), or stripped (sink)."""
+        switch's hop (transit), or stripped (sink). A sink builds its hop and the report only when
+        a report is due (a hop flagged congestion, or the flow slot's interval has passed): the
+        frame that leaves is the same either way, so the rest skip that work."""
         if now is None:
             now = time.monotonic()
         config = self.config
         threshold = config.ecn_thresholds.get(port, 0)
         congested = bool(threshold) and item.qdepth >= threshold
+        if item.sink and not congested and now - self.last_report[item.flow_slot] < REPORT_INTERVAL_S and (
+                item.fresh or not item.frame[item.int_off + MD_DS_FLAGS] & DS_FLAG_CONGESTED >> 8):
+            self.rate_limited += 1
+            return item.frame if item.fresh else strip(item.frame, item.int_off)
+        frame = insert_source_header(item.frame, item.int_off) if item.fresh else item.frame
         hop = _HOP.pack(config.node_id, item.in_port, port, min(UNKNOWN32, max(0, int((now - item.t_in) * 1e6))),
                         min(item.qdepth, 0xFFFFFF), max(0, int((now - self.epoch) * 1e6)), tx_bytes,
                         config.capacity_mbps.get(port, UNKNOWN32))
-        with_hop = push_hop(item.frame, item.int_off, hop, congested)
+        with_hop = push_hop(frame, item.int_off, hop, congested)
         if not item.sink:
             return with_hop
         self._report(with_hop, item, now)
-        return strip(with_hop, item.int_off)
+        return item.frame if item.fresh else strip(with_hop, item.int_off)
 
     def _report(self, frame: bytearray, item: IntPending, now: float) -> None:
         report_bytes = self.config.report_bytes
         if report_bytes is None or self.to_cpu is None:
-            return
-        congested = bool(frame[item.int_off + MD_DS_FLAGS] & DS_FLAG_CONGESTED >> 8)
-        if not congested and now - self.last_report[item.flow_slot] < REPORT_INTERVAL_S:
-            self.rate_limited += 1
             return
         self.last_report[item.flow_slot] = now
         self.reports += 1

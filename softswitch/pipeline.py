@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from softswitch.inband import EgressConfig, IntEngine, IntPending, flow_slot
 from softswitch.runtime_state import ActionCall, ActionProfileState, RuntimeState, TableState
-from wire.cpu import ETHERTYPE_PROBE, REASON_PROBE, REPORT_SESSION, REPORT_TRUNCATE_BYTES, ROLE_HOST
+from wire.cpu import ETHERTYPE_PROBE, REASON_PROBE, REPORT_FLOW_SLOTS, REPORT_SESSION, REPORT_TRUNCATE_BYTES, ROLE_HOST
 from wire.drops import DROP_COUNTER, DROP_INDEX, DROP_REASONS
 from wire.intmd import DSCP_INT, IntFormatError, insert_source_header, int_length, l4_header_length, set_ipv4_word
 
@@ -98,6 +98,9 @@ class Pipeline:
         self._generation = 0
         self.int_engine = IntEngine()
         self.int_engine.to_cpu = self.to_cpu
+        # starnet.p4's register int_flow_seen: per flow slot, the signature of the last watched
+        # flow that carried payload through this source (0: none).
+        self.int_flow_seen = [0] * REPORT_FLOW_SLOTS
         self.bind(self.state)
 
     def bind(self, state: RuntimeState) -> None:
@@ -232,9 +235,30 @@ class Pipeline:
             return port, out  # INT rides on TCP/UDP without IPv4 options only
         if frame[15] >> 2 == DSCP_INT:
             return self._int_transit(out, in_port, port, sink, key, now)
-        if sample_log2 >= 0 and not self.rng.getrandbits(16) & ((1 << sample_log2) - 1):
-            return self._int_source(out, in_port, port, sink, key, now)
+        if sample_log2 >= 0:
+            # A new flow's first data packet, and then one packet in 2^sample_log2, start INT here.
+            new_flow = self._first_data_packet(frame, key)
+            if new_flow | (not self.rng.getrandbits(16) & ((1 << sample_log2) - 1)):
+                return self._int_source(out, in_port, port, sink, key, now)
         return port, out
+
+    def _first_data_packet(self, frame: bytes, key: tuple) -> bool:
+        """Whether this TCP/UDP packet carries payload and its flow's signature is not in its slot
+        (then it is put there), as starnet.p4's int_flow_seen."""
+        if key[1] == 6:
+            if len(frame) <= 46:
+                return False  # no whole TCP header (the source leaves it alone anyway)
+            headers = 20 + 4 * (frame[46] >> 4)
+        else:
+            headers = 20 + 8
+        if (frame[16] << 8 | frame[17]) <= headers:
+            return False
+        slot = flow_slot(key[2], key[1])
+        signature = 1 + zlib.crc32(key[2] + bytes((key[1],)), 1) % 65536
+        if self.int_flow_seen[slot] == signature:
+            return False
+        self.int_flow_seen[slot] = signature
+        return True
 
     def _int_transit(self, out: bytearray, in_port: int, port: int, sink: bool,
                      key: tuple, now: float) -> tuple[int, IntPending] | None:
@@ -252,6 +276,8 @@ class Pipeline:
             int_off = 34 + l4_header_length(out, 34, key[1])
         except IntFormatError:
             return port, out  # no whole TCP/UDP header: the P4 source's hdr.tcp/udp is not valid
+        if sink:  # source and sink here: the frame leaves without INT; a due report gets it (inband.py)
+            return port, IntPending(out, in_port, int_off, sink, now, flow_slot(key[2], key[1]), fresh=True)
         return port, IntPending(insert_source_header(out, int_off), in_port, int_off, sink, now,
                                 flow_slot(key[2], key[1]))
 

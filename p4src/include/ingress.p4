@@ -12,6 +12,10 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
     counter(DROP_REASONS, CounterType.packets_and_bytes) drop_reason;
     // Last routine INT report per flow slot (µs, switch clock).
     register<bit<48>>(REPORT_FLOW_SLOTS) report_last_us;
+    // Per flow slot, 1 + a signature of the last watched flow that carried payload through this
+    // source: a flow whose signature is not there is new, and its first data packet starts INT, so
+    // the controller learns of a new demand from its first packet instead of 1 in 2^sample_log2.
+    register<bit<32>>(REPORT_FLOW_SLOTS) int_flow_seen;
 
     @max_group_size(16)
     action_selector(HashAlgorithm.crc32, 32w1024, 32w16) ecmp_selector;
@@ -186,7 +190,31 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
                 && (hdr.tcp.isValid() || hdr.udp.isValid())) {
             int_source.apply();
             if (meta.int_watched == 1) {
-                // One packet in 2^sample_log2 of a watched flow starts INT here.
+                // A new flow's first data packet, and then one packet in 2^sample_log2, start INT here.
+                bit<16> header_bytes = ((bit<16>)hdr.ipv4.ihl) << 2;
+                if (hdr.tcp.isValid()) {
+                    header_bytes = header_bytes + (((bit<16>)hdr.tcp.data_offset) << 2);
+                } else {
+                    header_bytes = header_bytes + 8;
+                }
+                if (hdr.ipv4.total_len > header_bytes) {
+                    bit<32> slot;
+                    bit<32> signature;
+                    hash(slot, HashAlgorithm.crc32, 32w0,
+                         { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src_port,
+                           meta.l4_dst_port },
+                         REPORT_FLOW_SLOTS);
+                    hash(signature, HashAlgorithm.crc16, 32w1,
+                         { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src_port,
+                           meta.l4_dst_port },
+                         32w65536);
+                    bit<32> seen;
+                    int_flow_seen.read(seen, slot);
+                    if (seen != signature) {
+                        int_flow_seen.write(slot, signature);
+                        meta.int_source = 1;
+                    }
+                }
                 bit<16> draw;
                 random(draw, 16w0, 16w0xFFFF);
                 if ((draw & ((16w1 << meta.int_sample_log2) - 1)) == 0) {

@@ -168,6 +168,30 @@ def fault_entry(h: SwitchHarness, dst: str, action_call):
                            action_call=action_call, priority=10)
 
 
+def test_a_watched_flows_first_data_packet_starts_int(switch):
+    """int_flow_seen: with sampling at 1 in 2^15, a watched flow's first packet with payload leaves
+    with INT (DSCP 0x20); its next packets (almost) never; a header-only datagram is no data."""
+    s = switch.schema
+    entry = ent.table_entry(s, "StarIngress.int_source", {"hdr.ipv4.protocol": (17, 0xFF)},
+                            action_call=ent.action(s, "StarIngress.int_watch", sample_log2=15), priority=1)
+    switch.write([ent.insert(entry)])
+
+    def int_marks(frame: bytes, count: int = 1) -> list[bool]:
+        switch.drain()
+        switch.send(1, frame, count=count)
+        return [f[15] >> 2 == 0x20 for f in switch.receive(2, ours, count=count)]
+
+    try:
+        assert int_marks(udp("10.1.0.2", sport=31000)) == [True]
+        assert sum(int_marks(udp("10.1.0.2", sport=31000), count=30)) <= 1
+        header_only = bytes(Ether(src="02:00:00:00:0d:01", dst=SMAC.format(1)) / IP(src="10.1.0.1", dst="10.1.0.2")
+                            / UDP(sport=31001, dport=MARK_DPORT))
+        assert int_marks(header_only) == [False]
+        assert int_marks(udp("10.1.0.2", sport=31001)) == [True]  # its first data
+    finally:
+        switch.write([ent.delete(entry)])
+
+
 def test_fault_drop_drops_everything_it_matches_and_counts(switch):
     entry = fault_entry(switch, "10.1.0.2", ent.action(switch.schema, "StarIngress.fault_drop"))
     switch.write([ent.insert(entry)])

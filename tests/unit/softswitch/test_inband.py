@@ -133,6 +133,31 @@ def test_same_leaf_traffic_gets_int_and_loses_it_in_one_switch(fabric):
     assert path == ["s3"] and bytes(Ether(received)[IP].payload) == bytes(Ether(sent)[IP].payload)
 
 
+def test_a_switch_that_is_source_and_sink_sends_the_frame_unchanged_and_reports_when_due(fabric):
+    """Within one leaf the frame never carries INT on the wire: it leaves as INT-off would send it,
+    whether a report is due (the first, then one per interval, or at once when the hop is congested)
+    or rate-limited; a due report carries the INT header and this switch's one hop."""
+    sent = frame_from(fabric, "h1", "h2", UDP(sport=7, dport=8))
+    reference = fabric.pipelines["s3"].ingress(sent, 1, fabric.now)
+    assert reference is not None
+    plain = bytes(reference[1].frame if isinstance(reference[1], IntPending) else reference[1])
+    assert plain[15] >> 2 != DSCP_INT
+    for _ in range(5):
+        received, _ = fabric.carry(sent, "h1")
+        assert received == plain
+        fabric.now += REPORT_INTERVAL_S / 10
+    (switch, _, _, report), = fabric.reports
+    stack = dissect_int(Ether(report))
+    assert switch == "s3" and stack is not None and len(stack.hops) == 1
+    assert fabric.pipelines["s3"].int_engine.rate_limited == 4
+    engine = fabric.pipelines["s3"].int_engine
+    assert engine.config.ecn_thresholds[2] > 0
+    item = fabric.pipelines["s3"].ingress(sent, 1, fabric.now)[1]
+    item.qdepth = engine.config.ecn_thresholds[2]  # the hop saw its port's threshold: reported at once
+    assert engine.egress(item, 2, 0, fabric.now) == plain
+    assert len(fabric.reports) == 2
+
+
 def test_reports_are_rate_limited_per_flow(fabric):
     sent = frame_from(fabric, "h1", "h5", UDP(sport=4000, dport=5000))
     for _ in range(20):

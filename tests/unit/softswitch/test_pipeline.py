@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
-from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
 from controller.program import switch_program
 from controller.routing import compute_routes, port_configs
 from softswitch.egress import EgressQueue
+from softswitch.inband import IntPending
 from softswitch.pipeline import Pipeline, mark_ce
 from softswitch.runtime_state import RuntimeState
 from topologies import leafspine
@@ -224,6 +227,32 @@ def int_pipeline(fabric, switch: str = "s3") -> Pipeline:
     for update in switch_program(schema, topo, plan, switch, routes[switch], int_sample_log2=0):
         state.apply(update)
     return Pipeline(state)
+
+
+def test_a_new_flows_first_data_packet_starts_int_then_sampling_takes_over(fabric):
+    """int_flow_seen: with sampling at 1 in 2^15, a flow's first packet with payload carries INT, its
+    next ones (almost) never; pure ACKs never count as a flow's first data; a new flow starts again."""
+    topo, plan, routes = fabric
+    schema = P4Schema.load()
+    state = RuntimeState(schema)
+    for update in switch_program(schema, topo, plan, "s3", routes["s3"], int_sample_log2=15):
+        state.apply(update)
+    pipeline = Pipeline(state, rng=random.Random(7))
+
+    def carries_int(l4, payload: bytes = b"x" * 100) -> bool:
+        frame = bytes(Ether(src="00:00:0a:00:03:01", dst="02:53:00:03:00:01") / IP(src="10.0.3.1", dst="10.0.4.1")
+                      / l4 / payload)
+        result = pipeline.ingress(frame, 1)
+        assert result is not None
+        return isinstance(result[1], IntPending)
+
+    ack = TCP(sport=1000, dport=80, flags="A")
+    assert not carries_int(ack, b"")  # a pure ACK is no data: the flow stays new
+    assert carries_int(TCP(sport=1000, dport=80, flags="PA"))
+    assert sum(carries_int(TCP(sport=1000, dport=80, flags="PA")) for _ in range(200)) <= 1
+    assert carries_int(UDP(sport=1000, dport=80))  # another 5-tuple: a new flow
+    assert not carries_int(UDP(sport=1000, dport=80), b"")  # header only: no data
+    assert not carries_int(UDP(sport=1000, dport=80))
 
 
 def short_l4(proto: int, tos: int, l4_bytes: int) -> bytes:
