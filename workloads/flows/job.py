@@ -82,9 +82,9 @@ class FlowOutcome:
     def summary(self) -> str:
         done = [f for f in self.flows if f.ok]
         fct = np.array([f.fct_s * 1e3 for f in done]) if done else np.array([float("nan")])
+        p50, p99 = np.percentile(fct, [50, 99], method="nearest")  # nearest rank: with few flows, p99 is the max
         return (f"{self.name}: done, {self.kind}, {self.completed} of {len(self.flows)} flows completed, FCT p50 "
-                f"{np.percentile(fct, 50, method='lower'):.0f} ms p99 {np.percentile(fct, 99, method='lower'):.0f} ms"
-                f" ({self.workdir})")
+                f"{p50:.0f} ms p99 {p99:.0f} ms ({self.workdir})")
 
 
 def format_incast(outcome: FlowOutcome) -> str:
@@ -116,8 +116,8 @@ def format_background(outcome: FlowOutcome) -> str:
         if done:
             fct = np.array([f.fct_s * 1e3 for f in done])
             good = np.array([f.goodput_mbps for f in done])
-            stats = (f"{np.percentile(fct, 50, method='lower'):8.0f} {np.percentile(fct, 99, method='lower'):8.0f} "
-                     f"{np.percentile(good, 50, method='lower'):12.2f}")
+            stats = (f"{np.percentile(fct, 50, method='nearest'):8.0f} {np.percentile(fct, 99, method='nearest'):8.0f} "
+                     f"{np.percentile(good, 50, method='nearest'):12.2f}")
         else:
             stats = f"{'-':>8} {'-':>8} {'-':>12}"
         lines.append(f"  {label:>12} {len(group):>6} {len(group) - len(done):>6} {stats}")
