@@ -175,25 +175,22 @@ class IncrementalFill:
         return dict(self.rate)
 
     def reset(self, demands: Mapping[Hashable, Demand]) -> None:
-        """Start over with these demands (checked as join checks them), every rate from scratch."""
-        self.demands, self.rate = {}, {}
-        self.users = {link: set() for link in self.capacity}
-        incidence(list(demands.values()), self.capacity)  # refuses bad weights and unknown links
+        """Start over with these demands, every rate from scratch (bad weights and unknown links are
+        refused before anything changes)."""
+        keys = list(demands)
+        rates = fill(incidence([demands[k] for k in keys], self.capacity)) if keys else np.zeros(0)
         self.demands = dict(demands)
-        for key, demand in self.demands.items():
-            for link in demand.links:
-                self.users[link].add(key)
-        self.recompute()
-
-    def recompute(self) -> None:
-        """Every rate from scratch (array water-filling)."""
-        keys = list(self.demands)
-        rates = fill(incidence([self.demands[k] for k in keys], self.capacity)) if keys else np.zeros(0)
         self.rate = {k: float(r) for k, r in zip(keys, rates, strict=True)}
+        self.users = {link: set() for link in self.capacity}
         self.load = {link: 0.0 for link in self.capacity}
         for key, demand in self.demands.items():
             for link in demand.links:
+                self.users[link].add(key)
                 self.load[link] += self.rate[key]
+
+    def recompute(self) -> None:
+        """Every rate from scratch (array water-filling)."""
+        self.reset(self.demands)
 
     def join(self, key: Hashable, demand: Demand) -> dict[Hashable, float]:
         if key in self.demands:

@@ -165,9 +165,8 @@ class Collector:
             if new:
                 self._writer.writerow(SERIES_FIELDS)
         self._flow_file = flow_log.open("a", newline="") if flow_log is not None else None
-        self._flow_writer = csv.writer(self._flow_file) if self._flow_file is not None else None
-        if self._flow_writer is not None and flow_log is not None and flow_log.stat().st_size == 0:
-            self._flow_writer.writerow(FLOW_LOG_FIELDS)
+        if self._flow_file is not None and self._flow_file.tell() == 0:
+            csv.writer(self._flow_file).writerow(FLOW_LOG_FIELDS)
 
     def feed(self, frame: bytes, now: float | None = None) -> IntStack | None:
         """Take one report (an Ethernet frame with INT); return its stack, None if it was not valid INT."""
@@ -189,10 +188,10 @@ class Collector:
         previous = self._flows.get(flow)
         data_at = now if payload_bytes(frame) > 0 else (previous.data_at if previous else None)
         self._flows[flow] = FlowPath(tuple(reversed(path)), now, data_at)
-        if self._flow_writer is not None and data_at is not None and (previous is None or previous.data_at is None):
-            self._flow_writer.writerow([f"{wall:.6f}", *flow, " ".join(p[0] for p in reversed(path)),
-                                        stack.hops[-1].egress_ts_us, stack.hops[0].egress_ts_us])
-            self._flow_file.flush()  # type: ignore[union-attr]
+        if self._flow_file is not None and data_at is not None and (previous is None or previous.data_at is None):
+            csv.writer(self._flow_file).writerow([f"{wall:.6f}", *flow, " ".join(p[0] for p in reversed(path)),
+                                                  stack.hops[-1].egress_ts_us, stack.hops[0].egress_ts_us])
+            self._flow_file.flush()
         self._changed()
         return stack
 
@@ -268,7 +267,7 @@ class Collector:
             self._series = self._writer = None
         if self._flow_file is not None:
             self._flow_file.close()
-            self._flow_file = self._flow_writer = None
+            self._flow_file = None
         if self.lateness is not None:
             self.lateness.close()
 

@@ -62,8 +62,11 @@ class IntPending:
         return len(self.frame) + HOP_BYTES
 
 
-def flow_slot(addrs_ports: bytes, proto: int) -> int:
-    return zlib.crc32(addrs_ports + bytes((proto,))) % REPORT_FLOW_SLOTS
+def flow_ids(addrs_ports: bytes, proto: int) -> tuple[int, int]:
+    """A flow's slot (report rate limit, int_flow_seen) and its signature in that slot (1..65536),
+    as starnet.p4 hashes them; computed once per flow (the flow cache keeps them)."""
+    five_tuple = addrs_ports + bytes((proto,))
+    return zlib.crc32(five_tuple) % REPORT_FLOW_SLOTS, 1 + zlib.crc32(five_tuple, 1) % 65536
 
 
 @dataclass(frozen=True)

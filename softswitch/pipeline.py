@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from softswitch.inband import EgressConfig, IntEngine, IntPending, flow_slot
+from softswitch.inband import EgressConfig, IntEngine, IntPending, flow_ids
 from softswitch.runtime_state import ActionCall, ActionProfileState, RuntimeState, TableState
 from wire.cpu import ETHERTYPE_PROBE, REASON_PROBE, REPORT_FLOW_SLOTS, REPORT_SESSION, REPORT_TRUNCATE_BYTES, ROLE_HOST
 from wire.drops import DROP_COUNTER, DROP_INDEX, DROP_REASONS
@@ -60,7 +60,8 @@ def mac_bytes(value: int) -> bytes:
 # drop probability, INT sample_log2 or -1 when not watched, egress port is an INT sink), or
 # (DROPPED, reason, 0.0, -1, False). Plain tuples: the hot path unpacks them.
 DROPPED = -1
-FlowResult = tuple[int, bytes | str, float, int, bool]
+TableResult = tuple[int, bytes | str, float, int, bool]  # port, MACs or drop reason, drop probability, sample, sink
+FlowResult = tuple[int, bytes | str, float, int, bool, tuple[int, int]]  # ... and the flow's (slot, signature)
 
 FLOW_CACHE_MAX = 1 << 16  # flows; a flood of new 5-tuples empties the cache instead of growing it
 _FAST_IPV4 = b"\x08\x00\x45"  # EtherType IPv4, version 4 with a 20-byte header
@@ -206,8 +207,9 @@ class Pipeline:
         if result is None:
             if len(cache) >= FLOW_CACHE_MAX:
                 cache.clear()
-            result = cache[key] = self.walk_tables(in_port, key[1], key[2][:8], key[2][8:], snap)
-        port, macs, drop_prob, sample_log2, sink = result
+            result = cache[key] = (*self.walk_tables(in_port, key[1], key[2][:8], key[2][8:], snap),
+                                   flow_ids(key[2], key[1]))
+        port, macs, drop_prob, sample_log2, sink, flow = result
         if drop_prob and self.rng.random() < drop_prob:
             self.count_drop("fault", in_port, len(frame))
             return None
@@ -224,28 +226,27 @@ class Pipeline:
         out[24] = check >> 8
         out[25] = check & 0xFF
         if frame[15] >= 0x80 or sample_log2 >= 0:  # DSCP >= 0x20, or a watched flow: maybe INT
-            return self._int_ingress(out, frame, in_port, port, sample_log2, sink, key,
+            return self._int_ingress(out, frame, in_port, port, sample_log2, sink, key[1], flow,
                                      time.monotonic() if now is None else now)
         return port, out
 
     def _int_ingress(self, out: bytearray, frame: bytes, in_port: int, port: int, sample_log2: int, sink: bool,
-                     key: tuple, now: float) -> tuple[int, bytearray | IntPending] | None:
-        proto = key[1]
+                     proto: int, flow: tuple[int, int], now: float) -> tuple[int, bytearray | IntPending] | None:
         if (proto != 6 and proto != 17) or frame[14] != 0x45:
             return port, out  # INT rides on TCP/UDP without IPv4 options only
         if frame[15] >> 2 == DSCP_INT:
-            return self._int_transit(out, in_port, port, sink, key, now)
+            return self._int_transit(out, in_port, port, sink, proto, flow[0], now)
         if sample_log2 >= 0:
             # A new flow's first data packet, and then one packet in 2^sample_log2, start INT here.
-            new_flow = self._first_data_packet(frame, key)
+            new_flow = self._first_data_packet(frame, proto, flow)
             if new_flow | (not self.rng.getrandbits(16) & ((1 << sample_log2) - 1)):
-                return self._int_source(out, in_port, port, sink, key, now)
+                return self._int_source(out, in_port, port, sink, proto, flow[0], now)
         return port, out
 
-    def _first_data_packet(self, frame: bytes, key: tuple) -> bool:
+    def _first_data_packet(self, frame: bytes, proto: int, flow: tuple[int, int]) -> bool:
         """Whether this TCP/UDP packet carries payload and its flow's signature is not in its slot
         (then it is put there), as starnet.p4's int_flow_seen."""
-        if key[1] == 6:
+        if proto == 6:
             if len(frame) <= 46:
                 return False  # no whole TCP header (the source leaves it alone anyway)
             headers = 20 + 4 * (frame[46] >> 4)
@@ -253,33 +254,31 @@ class Pipeline:
             headers = 20 + 8
         if (frame[16] << 8 | frame[17]) <= headers:
             return False
-        slot = flow_slot(key[2], key[1])
-        signature = 1 + zlib.crc32(key[2] + bytes((key[1],)), 1) % 65536
+        slot, signature = flow
         if self.int_flow_seen[slot] == signature:
             return False
         self.int_flow_seen[slot] = signature
         return True
 
     def _int_transit(self, out: bytearray, in_port: int, port: int, sink: bool,
-                     key: tuple, now: float) -> tuple[int, IntPending] | None:
+                     proto: int, slot: int, now: float) -> tuple[int, IntPending] | None:
         try:
-            int_off = 34 + l4_header_length(out, 34, key[1])
+            int_off = 34 + l4_header_length(out, 34, proto)
             int_length(out, int_off)
         except IntFormatError:
             self.count_drop("malformed", in_port, len(out))
             return None
-        return port, IntPending(out, in_port, int_off, sink, now, flow_slot(key[2], key[1]))
+        return port, IntPending(out, in_port, int_off, sink, now, slot)
 
     def _int_source(self, out: bytearray, in_port: int, port: int, sink: bool,
-                    key: tuple, now: float) -> tuple[int, bytearray | IntPending]:
+                    proto: int, slot: int, now: float) -> tuple[int, bytearray | IntPending]:
         try:
-            int_off = 34 + l4_header_length(out, 34, key[1])
+            int_off = 34 + l4_header_length(out, 34, proto)
         except IntFormatError:
             return port, out  # no whole TCP/UDP header: the P4 source's hdr.tcp/udp is not valid
         if sink:  # source and sink here: the frame leaves without INT; a due report gets it (inband.py)
-            return port, IntPending(out, in_port, int_off, sink, now, flow_slot(key[2], key[1]), fresh=True)
-        return port, IntPending(insert_source_header(out, int_off), in_port, int_off, sink, now,
-                                flow_slot(key[2], key[1]))
+            return port, IntPending(out, in_port, int_off, sink, now, slot, fresh=True)
+        return port, IntPending(insert_source_header(out, int_off), in_port, int_off, sink, now, slot)
 
     def _unusual_key(self, frame: bytes, in_port: int) -> tuple[int, int, bytes] | None:
         """Flow key of a frame off the fast path (IPv4 options, short frames); None if dropped."""
@@ -330,7 +329,7 @@ class Pipeline:
 
     # ---- the table walk (cache miss) ---------------------------------------------------------
     def walk_tables(self, in_port: int, proto: int, addrs: bytes, l4_ports: bytes,
-                    snap: PipelineSnapshot | None = None) -> FlowResult:
+                    snap: PipelineSnapshot | None = None) -> TableResult:
         """The ingress tables for one flow, in `snap` (default: the snapshot in force)."""
         snap = snap or self.snapshot
         src, dst = _IPV4_ADDRS.unpack(addrs)

@@ -110,7 +110,6 @@ class AllReduceJob:
         if len({e.name for e in endpoints}) != len(endpoints) and len({e.ip for e in endpoints}) > 1:
             raise JobError(f"job {name}: a host appears twice in {[e.name for e in endpoints]}")
         self.endpoints = endpoints
-        self.workdir = workdir
         self.name = name
         self.controller = controller
         self.cc = cc
