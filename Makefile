@@ -61,6 +61,7 @@ bench: deps
 	$(PY) bench/softswitch_pps.py
 	$(PY) bench/advisor_scale.py
 	$(PY) bench/advice_latency.py
+	$(PY) bench/allreduce_busbw.py
 
 # ruff, and mypy on the packages (untyped defs refused; config in pyproject.toml). Part of `make test`.
 lint: deps
