@@ -2,7 +2,8 @@
 
 The loop wakes when its inputs change — the collector's flows, paths and queues (its change
 listener: a new report, a congested report, expired state) or the declared demands — and when a
-refresh is due; it recomputes the advice at most once per `interval_s` (default 1 ms), sends each
+refresh is due; it recomputes the advice at most once per `interval_s` (default 1 ms; a declaration or a mode change
+is taken at once), sends each
 host only what changed (plus a refresh before advice would expire), and logs every decision to
 ``advice.csv`` in the run directory. It reads the collector only through its snapshots. Modes:
 ``none`` and ``ecn`` send no advice (hosts run at line rate; in ``ecn`` their TCP negotiates ECN),
@@ -74,6 +75,9 @@ class AdviceLoop:
             self._writer.writerow(["time", "epoch", "src", "dst", "rate_bps", "reason"])
         self.capacity: dict[LinkId, float] = topo.link_capacities_bps()
         self._wake = asyncio.Event()  # set by the collector's change listener and by declarations
+        # Set by declarations and mode changes only: they are rare and explicit, so they skip the
+        # per-interval limit that keeps a stream of INT reports from spinning the loop.
+        self._urgent = asyncio.Event()
         collector.on_change(self._wake.set)
 
     # ---- requests -----------------------------------------------------------------------------
@@ -117,6 +121,7 @@ class AdviceLoop:
         else:
             self.declared[(src, dst)] = Declared(src, dst, weight or 1.0, float(rate_bps) if rate_bps else None)
         self._wake.set()
+        self._urgent.set()
         return len(self.declared)
 
     def set_mode(self, mode: str) -> None:
@@ -134,6 +139,7 @@ class AdviceLoop:
             self.sent.clear()
         self._inputs_seen = None  # decide afresh in the new mode
         self._wake.set()
+        self._urgent.set()
 
     # ---- the loop -----------------------------------------------------------------------------
     def demands(self, now: float, snap: TelemetrySnapshot) -> list[Demand]:
@@ -220,6 +226,7 @@ class AdviceLoop:
         while not stopping.is_set():
             started = loop.time()
             self._wake.clear()
+            self._urgent.clear()
             try:
                 self.step()
             except (KeyError, ValueError) as exc:
@@ -229,8 +236,11 @@ class AdviceLoop:
             except TimeoutError:
                 pass
             rest = self.interval_s - (loop.time() - started)  # at most one decision per interval_s
-            if rest > 0:
-                await asyncio.sleep(rest)
+            if rest > 0 and not self._urgent.is_set():
+                try:
+                    await asyncio.wait_for(self._urgent.wait(), rest)
+                except TimeoutError:
+                    pass
 
     def close(self) -> None:
         self._series.close()

@@ -236,29 +236,30 @@ class Pipeline:
             return port, out  # INT rides on TCP/UDP without IPv4 options only
         if frame[15] >> 2 == DSCP_INT:
             return self._int_transit(out, in_port, port, sink, proto, flow[0], now)
-        if sample_log2 >= 0:
-            # A new flow's first data packet, and then one packet in 2^sample_log2, start INT here.
-            new_flow = self._first_data_packet(frame, proto, flow)
-            if new_flow | (not self.rng.getrandbits(16) & ((1 << sample_log2) - 1)):
-                return self._int_source(out, in_port, port, sink, proto, flow[0], now)
-        return port, out
-
-    def _first_data_packet(self, frame: bytes, proto: int, flow: tuple[int, int]) -> bool:
-        """Whether this TCP/UDP packet carries payload and its flow's signature is not in its slot
-        (then it is put there), as starnet.p4's int_flow_seen."""
-        if proto == 6:
-            if len(frame) <= 46:
-                return False  # no whole TCP header (the source leaves it alone anyway)
-            headers = 20 + 4 * (frame[46] >> 4)
+        if sample_log2 < 0:
+            return port, out
+        # The TCP/UDP header (as wire.intmd.l4_header_length, inline: this runs for every packet of
+        # a watched flow); without a whole one the P4 source's hdr.tcp/udp is not valid.
+        if proto == 17:
+            l4_len = 8
+        elif len(frame) >= 54 and frame[46] >= 0x50:
+            l4_len = (frame[46] >> 4) * 4
         else:
-            headers = 20 + 8
-        if (frame[16] << 8 | frame[17]) <= headers:
-            return False
+            return port, out
+        if len(frame) < 34 + l4_len:
+            return port, out
+        # A new flow's first data packet (it carries payload and its flow's signature is not in its
+        # slot, then put there: starnet.p4's int_flow_seen), and then one packet in 2^sample_log2,
+        # start INT here.
         slot, signature = flow
-        if self.int_flow_seen[slot] == signature:
-            return False
-        self.int_flow_seen[slot] = signature
-        return True
+        if (frame[16] << 8 | frame[17]) > 20 + l4_len and self.int_flow_seen[slot] != signature:
+            self.int_flow_seen[slot] = signature
+        elif sample_log2 and self.rng.getrandbits(16) & ((1 << sample_log2) - 1):
+            return port, out
+        int_off = 34 + l4_len
+        if sink:  # source and sink here: the frame leaves without INT; a due report gets it (inband.py)
+            return port, IntPending(out, in_port, int_off, sink, now, slot, True)
+        return port, IntPending(insert_source_header(out, int_off), in_port, int_off, sink, now, slot)
 
     def _int_transit(self, out: bytearray, in_port: int, port: int, sink: bool,
                      proto: int, slot: int, now: float) -> tuple[int, IntPending] | None:
@@ -269,16 +270,6 @@ class Pipeline:
             self.count_drop("malformed", in_port, len(out))
             return None
         return port, IntPending(out, in_port, int_off, sink, now, slot)
-
-    def _int_source(self, out: bytearray, in_port: int, port: int, sink: bool,
-                    proto: int, slot: int, now: float) -> tuple[int, bytearray | IntPending]:
-        try:
-            int_off = 34 + l4_header_length(out, 34, proto)
-        except IntFormatError:
-            return port, out  # no whole TCP/UDP header: the P4 source's hdr.tcp/udp is not valid
-        if sink:  # source and sink here: the frame leaves without INT; a due report gets it (inband.py)
-            return port, IntPending(out, in_port, int_off, sink, now, slot, fresh=True)
-        return port, IntPending(insert_source_header(out, int_off), in_port, int_off, sink, now, slot)
 
     def _unusual_key(self, frame: bytes, in_port: int) -> tuple[int, int, bytes] | None:
         """Flow key of a frame off the fast path (IPv4 options, short frames); None if dropped."""
