@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := mininet iproute2 iperf iperf3 iputils-ping ethtool python3-venv
 TOPO ?= leafspine
 DATAPLANE ?= auto
+# MODE: none | ecn | advice | bbr
 MODE ?= none
 SW ?= s1
 ELECTION ?= 0,1

@@ -6,8 +6,8 @@ refresh is due; it recomputes the advice at most once per `interval_s` (default 
 is taken at once), sends each
 host only what changed (plus a refresh before advice would expire), and logs every decision to
 ``advice.csv`` in the run directory. It reads the collector only through its snapshots. Modes:
-``none`` and ``ecn`` send no advice (hosts run at line rate; in ``ecn`` their TCP negotiates ECN),
-``advice`` runs this loop.
+``none``, ``ecn`` and ``bbr`` send no advice (hosts run at line rate with cubic; in ``ecn`` their
+TCP negotiates ECN; in ``bbr`` it is BBR: hostagent/tcpsettings.py), ``advice`` runs this loop.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from topologies.spec import LinkId, Topology, egress_link, nic_link
 log = logging.getLogger("controller.advice")
 T = TypeVar("T")
 
-MODES = ("none", "ecn", "advice")
+MODES = ("none", "ecn", "advice", "bbr")
 FLOW_TIMEOUT_S = 1.0  # a flow without INT reports for this long is over
 SUBSCRIBER_QUEUE = 4096
 IDLE_WAKE_S = 0.1  # with nothing changing, the loop still looks this often (expiring flows, refreshes)

@@ -5,8 +5,9 @@
 Registers with the controller (address in <run dir>/controller.addr), subscribes to its advice
 and applies each RateAdvice to the HTB class of that destination. Advice that is not refreshed
 within its valid_ms expires and the destination goes back to line rate; so does everything when
-the controller goes away, while the agent reconnects with backoff. Mode `ecn` turns TCP ECN on in
-this namespace. Every applied advice is recorded in <run dir>/hostagents/<host>.csv with the time
+the controller goes away, while the agent reconnects with backoff. The mode sets this namespace's
+TCP (hostagent/tcpsettings.py): `ecn` requests ECN, `bbr` makes BBR the congestion control, the
+others run cubic. Every applied advice is recorded in <run dir>/hostagents/<host>.csv with the time
 it arrived and the time it was in force.
 """
 
@@ -25,6 +26,7 @@ import grpc
 from pyroute2.netlink.exceptions import NetlinkError
 
 from hostagent.pacer import HtbPacer
+from hostagent.tcpsettings import TcpSettingsError, apply_mode
 from wire import advice_pb2 as pb
 from wire import advice_pb2_grpc as pb_grpc
 from wire.fidelity import FidelityWindows, watch_thread_lag
@@ -52,9 +54,12 @@ class Agent:
         self.expiry_failures = 0
 
     def set_mode(self, mode: str) -> None:
-        # net.ipv4.tcp_ecn is per network namespace: 1 = request ECN, 2 = only accept it (Linux default).
-        Path("/proc/sys/net/ipv4/tcp_ecn").write_text("1\n" if mode == "ecn" else "2\n")
-        log.info("%s: mode %s", self.host, mode)
+        try:
+            ecn, cc = apply_mode(mode)
+        except TcpSettingsError as exc:  # the host keeps running, its TCP settings as they were
+            log.error("%s: mode %s: %s", self.host, mode, exc)
+            return
+        log.info("%s: mode %s (tcp_ecn %s, congestion control %s)", self.host, mode, ecn, cc)
 
     def apply(self, advice: pb.RateAdvice, received: float) -> None:
         started = time.perf_counter()

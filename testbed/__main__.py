@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+from controller.advice import MODES
 from testbed.rundir import RUNS, clean_all
 
 
@@ -71,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="every link at this rate instead of the topology's (e.g. 10 on a standard BMv2 build)")
     run.add_argument("--bmv2-log", metavar="LEVEL", help="BMv2 logging (trace|debug|info|...); off by default")
     run.add_argument("--pcap", action="store_true", help="BMv2: write per-port pcaps into the run directory")
-    run.add_argument("--mode", default="none", choices=("none", "ecn", "advice"),
-                     help="congestion control: plain TCP, switch ECN + TCP ECN, or controller rate advice")
+    run.add_argument("--mode", default="none", choices=MODES,
+                     help="congestion control: plain TCP (cubic), switch ECN + TCP ECN, controller rate advice, "
+                          "or BBR senders")
     run.add_argument("--int-sample-log2", type=int, default=3, choices=range(-1, 17), metavar="N",
                      help="INT on 1 in 2^N packets of each host flow (default 3; -1 = INT off)")
     sub.add_parser("clean", help="end processes and delete interfaces left by earlier runs")

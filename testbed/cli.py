@@ -138,7 +138,8 @@ class StarNetCLI(CLI):
             self.stdout.write(f"  {src:>4} -> {dst:<4} {rate}  epoch {e.epoch}  ({e.age_s:.1f} s ago)\n")
 
     def do_mode(self, line: str) -> None:
-        """mode [none|ecn|advice]: show or switch the control mode of the running testbed."""
+        """mode [none|ecn|advice|bbr]: show or switch the control mode of the running testbed (ecn and bbr
+        apply to TCP connections opened after the switch)."""
         from wire import advice_pb2 as pb
 
         mode = line.strip()

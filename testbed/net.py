@@ -18,6 +18,7 @@ from mininet.link import Link
 from mininet.log import info
 from mininet.net import Mininet
 
+from hostagent.tcpsettings import TcpSettingsError, allow_in_root_namespace, restore_allowed
 from testbed import fidelity as fid
 from testbed.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_missing, log_tail
 from testbed.ports import free_ports
@@ -78,6 +79,7 @@ class Testbed:
         self.controller: subprocess.Popen | None = None
         self.switches: dict[str, P4Switch] = {}
         self._schemas: dict[Path, P4Schema] = {}  # P4Info file -> its schema (schema_of)
+        self._allowed_cc_before: str | None = None  # the root namespace's list, if this testbed changed it
 
     # ---- bring-up ----------------------------------------------------------------------------
     def start(self) -> Testbed:
@@ -96,6 +98,12 @@ class Testbed:
         self.started_at = time.time()
         (self.run_dir / "topology.yaml").write_text(self.topo.to_yaml())
         create_file(self.fidelity_path)
+        try:
+            self._allowed_cc_before = allow_in_root_namespace()
+        except TcpSettingsError as exc:
+            raise TestbedError(str(exc)) from None
+        if self._allowed_cc_before is not None:
+            info(f"*** Allowed cubic and bbr as host namespaces' congestion control (was: {self._allowed_cc_before})\n")
         if self.dataplane == "bmv2":
             info("*** Compiling p4src/starnet.p4 for BMv2\n")
             compile_p4()
@@ -240,6 +248,9 @@ class Testbed:
             finally:
                 self.net = None
         clean_run(self.run_dir)
+        if self._allowed_cc_before is not None:
+            restore_allowed(self._allowed_cc_before)
+            self._allowed_cc_before = None
         (self.run_dir / "stopped").write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
         if self.ready_at:
             self.last_verdict = self.verdict(self.ready_at, time.time())

@@ -11,6 +11,7 @@ from typing import Any
 
 from mininet.node import Host, Switch
 
+from hostagent.tcpsettings import CUBIC
 from testbed.switchproc import (
     Bmv2SwitchProcess,
     SoftSwitchProcess,
@@ -98,6 +99,8 @@ class StarHost(Host):
         intf = self.defaultIntf().name
         self.cmd(f"ethtool -K {intf} tx off tso off gso off gro off >/dev/null 2>&1")
         self.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
+        # cubic until a host agent applies its mode (a new namespace inherits the root's default)
+        self.cmd(f"sysctl -qw net.ipv4.tcp_congestion_control={CUBIC}")
         self.cmd(f"ip route replace default via {gateway_ip} dev {intf} onlink")
         self.cmd(f"ip neigh replace {gateway_ip} lladdr {gateway_mac} dev {intf} nud permanent")
 

@@ -8,6 +8,7 @@ The goal figures (p99 ≤ 5 packets, 0 drops in 9 of
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 
@@ -15,7 +16,7 @@ from testbed.incast import RECEIVER
 from testbed.net import Testbed
 from testbed.traffic import start_iperf3_server
 from tests.integration.helpers import wait_until
-from tests.integration.incast_check import check_incast_advice_vs_none
+from tests.integration.incast_check import check_incast_advice_vs_none, set_mode
 from topologies import leafspine
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
@@ -52,3 +53,33 @@ def test_controller_restart_agents_fall_back_reconnect_and_advice_resumes(fabric
         "advice did not resume after the controller restart"
     assert "controller unreachable" in log_path.read_text()
     assert all(proc.poll() is None for proc in fabric.agents.values()), "a host agent died"
+
+
+def test_modes_set_each_hosts_tcp_and_a_bbr_flow_completes(fabric):
+    """Mode bbr: every host's congestion control is bbr and a TCP flow opened after the switch runs
+    BBR and completes; ecn: cubic with ECN requested; advice (back): cubic, ECN only accepted."""
+    h1, h5 = fabric.host("h1"), fabric.host(RECEIVER)
+
+    def settings(host) -> tuple[str, str]:
+        out = host.cmd("cat /proc/sys/net/ipv4/tcp_congestion_control /proc/sys/net/ipv4/tcp_ecn").split()
+        return out[0], out[1]
+
+    def applied(mode: str) -> bool:  # every agent's last mode line is this mode's
+        logs = [(fabric.run_dir / "hostagents" / f"{h.name}.log").read_text() for h in fabric.net.hosts]
+        return all(f": mode {mode} (" in [line for line in text.splitlines() if ": mode " in line][-1]
+                   for text in logs)
+
+    assert "cubic" in open("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read().split()
+    try:
+        for mode, expected in (("bbr", ("bbr", "2")), ("ecn", ("cubic", "1")), ("advice", ("cubic", "2"))):
+            set_mode(fabric, mode)
+            assert wait_until(lambda m=mode: applied(m), 5.0), f"not every host agent applied mode {mode}"
+            assert {h.name: settings(h) for h in fabric.net.hosts} == {h.name: expected for h in fabric.net.hosts}
+            if mode == "bbr":
+                start_iperf3_server(h5, 5402)
+                out = h1.cmd(f"iperf3 -c {h5.IP()} -p 5402 -t 2 -J")
+                end = json.loads(out[out.index("{"):])["end"]
+                assert end["sender_tcp_congestion"] == "bbr"
+                assert end["sum_received"]["bytes"] > 0
+    finally:
+        set_mode(fabric, "advice")
