@@ -17,7 +17,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.net import Testbed  # noqa: E402
-from tests.integration.incast_check import set_mode  # noqa: E402
 from topologies import leafspine  # noqa: E402
 from workloads.allreduce.job import JobSpec, run_job  # noqa: E402
 from workloads.fabric import FabricView  # noqa: E402
@@ -40,7 +39,7 @@ def main() -> int:
         link_mbps = view.link_mbps(hosts)
         print(f"{len(hosts)} ranks, {SIZE >> 20} MB, links {link_mbps:g} Mbit/s; run directory {tb.run_dir}")
         for mode in modes:
-            set_mode(tb, mode)
+            tb.set_mode(mode)
             for algo in algos:
                 for run in range(1, args.runs + 1):
                     t0 = tb.now()

@@ -23,21 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controller.service import channel  # noqa: E402
 from testbed.fidelity import read_records  # noqa: E402
 from testbed.incast import SENDERS, IncastResult, pacing_cleared, run_incast  # noqa: E402
 from testbed.net import Testbed  # noqa: E402
 from topologies import leafspine  # noqa: E402
-from wire import advice_pb2 as pb  # noqa: E402
-from wire import advice_pb2_grpc as pb_grpc  # noqa: E402
 from wire.fidelity import DEFAULT_TOLERANCE_MS  # noqa: E402
 
 P99_GOAL, RUNS_GOAL = 5, 0.9
-
-
-def set_mode(tb: Testbed, mode: str) -> None:
-    with channel(tb.run_dir) as ch:
-        pb_grpc.AdviceStub(ch).SetMode(pb.ModeRequest(mode=mode), timeout=5)
 
 
 def row(i: int, r: IncastResult) -> str:
@@ -68,7 +60,7 @@ def main() -> int:
         print(header, flush=True)
         for i in range(1, args.runs + 1):
             for mode in modes:
-                set_mode(tb, mode)
+                tb.set_mode(mode)
                 if mode == "none":
                     deadline = time.monotonic() + 10
                     while not pacing_cleared(tb) and time.monotonic() < deadline:

@@ -18,6 +18,7 @@ from mininet.link import Link
 from mininet.log import info
 from mininet.net import Mininet
 
+from controller.service import channel
 from hostagent.tcpsettings import TcpSettingsError, allow_in_root_namespace, restore_allowed
 from testbed import fidelity as fid
 from testbed.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_missing, log_tail
@@ -26,6 +27,8 @@ from testbed.rundir import clean_run, forget_pid, new_run_dir, record_interfaces
 from testbed.switchproc import BMV2_P4INFO, compile_p4
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
+from wire import advice_pb2 as pb
+from wire import advice_pb2_grpc as pb_grpc
 from wire.fidelity import create_file
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 
@@ -280,6 +283,30 @@ class Testbed:
         """Fidelity of wall-clock [t0, t1) on `switches` (default: all), from fidelity.csv."""
         sampled = [name for name, sw in self.switches.items() if sw.kind != "soft"]
         return fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0, sampled)
+
+    def set_mode(self, mode: str, timeout_s: float = 5.0) -> None:
+        """Switch the control mode (the controller's SetMode) and wait until every host agent has
+        applied it (its last mode line in its log), so TCP connections opened next get the mode's
+        ECN and congestion control."""
+        with channel(self.run_dir) as ch:
+            reply = pb_grpc.AdviceStub(ch).SetMode(pb.ModeRequest(mode=mode), timeout=timeout_s)
+        if reply.mode != mode:
+            raise TestbedError(f"mode: the controller answered {reply.mode!r} to {mode!r}")
+        self.mode = mode
+        deadline = time.monotonic() + timeout_s
+        waiting = list(self.agents)
+        while waiting:
+            waiting = [name for name in waiting if not self._agent_in_mode(name, mode)]
+            if waiting and time.monotonic() > deadline:
+                raise TestbedError(f"mode {mode}: host agents {', '.join(waiting)} did not apply it within "
+                                   f"{timeout_s:g} s (see {self.run_dir / 'hostagents'})")
+            if waiting:
+                time.sleep(0.02)
+
+    def _agent_in_mode(self, name: str, mode: str) -> bool:
+        log = self.run_dir / "hostagents" / f"{name}.log"
+        lines = [line for line in log.read_text().splitlines() if ": mode " in line] if log.exists() else []
+        return bool(lines) and f": mode {mode} (" in lines[-1]
 
     def schema_of(self, name: str) -> P4Schema:
         """The P4Info switch `name` runs: p4c's output on BMv2, the committed one on the soft switch

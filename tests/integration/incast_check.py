@@ -8,12 +8,9 @@ drop bound is not asserted (and the report says so); its queue, fairness and uti
 
 from __future__ import annotations
 
-from controller.service import channel
 from testbed.incast import measure_faithfully, pacing_cleared, run_incast
 from testbed.net import Testbed
 from tests.integration.helpers import wait_until
-from wire import advice_pb2 as pb
-from wire import advice_pb2_grpc as pb_grpc
 
 P99_QUEUE_MAX = 10  # packets, faithful windows; the goal (5) is bench/incast_fidelity.py's
 UTILISATION_MIN = 0.90  # η = 0.95 minus measurement noise
@@ -24,22 +21,17 @@ UTILISATION_MIN = 0.90  # η = 0.95 minus measurement noise
 FAIR_SHARE_TOLERANCE = 0.30
 
 
-def set_mode(tb: Testbed, mode: str) -> None:
-    with channel(tb.run_dir) as ch:
-        assert pb_grpc.AdviceStub(ch).SetMode(pb.ModeRequest(mode=mode), timeout=5).mode == mode
-
-
 def check_incast_advice_vs_none(fabric: Testbed) -> None:
     """Incast 6→1 in advice mode, then in none: advice holds the bottleneck queue down with fair,
     full shares; without it the queue is longer."""
     advice = measure_faithfully(lambda: run_incast(fabric, "advice", "-advice"), lambda r: r.verdict)
-    set_mode(fabric, "none")
+    fabric.set_mode("none")
     try:
         assert wait_until(lambda: pacing_cleared(fabric), 5.0), \
             "advice was not cleared within 5 s of mode none"
         plain = run_incast(fabric, "none", "-none")
     finally:
-        set_mode(fabric, "advice")
+        fabric.set_mode("advice")
     a, n = advice.summary(), plain.summary()
     print(f"\n  incast 6->1 on {fabric.dataplane}, 20 Mbit/s bottleneck    advice     none")
     for key in ("p99_queue_faithful", "p90_queue_faithful", "p99_queue_all", "drops_faithful", "jain",

@@ -10,7 +10,6 @@ import json
 import pytest
 
 from testbed.net import Testbed
-from tests.integration.incast_check import set_mode
 from topologies import leafspine
 from workloads.allreduce.job import JobOutcome, JobSpec, run_job
 from workloads.fabric import FabricView
@@ -55,14 +54,14 @@ def test_every_algorithm_over_all_hosts_is_exact_and_the_ring_keeps_the_links_bu
             ring = outcome
     # The same ring with the advice loop on: each rank declares its transfer, and only flows that
     # carry data are demands (the ACK direction used to halve every NIC: 45% of the link).
-    set_mode(fabric, "advice")
+    fabric.set_mode("advice")
     try:
         t0 = fabric.now()
         advised = run_job(JobSpec(hosts=ALL, sizes=[8 << 20], algo="ring", iters=2, name="ring-advice"), view,
                           progress=None)
         verdict = fabric.verdict(t0, fabric.now())
     finally:
-        set_mode(fabric, "none")
+        fabric.set_mode("none")
     lines.append(f"  ring, mode advice: busbw {busbw_mbps(advised):5.2f} Mbit/s = "
                  f"{busbw_mbps(advised) / LINK_MBPS:4.0%} of the link (goal {RING_GOAL:.0%}: the bench's figure); "
                  f"{verdict.line()}")
