@@ -1,6 +1,7 @@
-"""Incast 6→1 on the default fabric, advice vs none, repeated, with the fidelity verdict of every run.
+"""Incast 6→1 on the default fabric in every control mode, repeated, with the fidelity verdict of every run.
 
-    sudo .venv/bin/python bench/incast_fidelity.py [--runs 10] [--modes advice,none]
+    sudo .venv/bin/python bench/incast_fidelity.py [--runs 10] [--modes advice,ecn,none,bbr]
+        [--reference runs/<ns-3 run>/results.json]
 
 One leaf-spine testbed; the modes are switched with SetMode between runs (advice cleared before a
 `none` run). Each run is testbed/incast.py's measurement: six iperf3 TCP flows into h5 for 8 s
@@ -10,6 +11,12 @@ flagged ones (per window), Jain's index, utilisation and the verdict. Goals (iss
 gate"): in advice mode, over faithful windows, p99 queue ≤ 5 packets and 0 drops in ≥ 9 of 10
 runs, and every advice-mode drop in a window the monitor flagged. Results: results.json in the run
 directory.
+
+Every sender's TCP state is sampled every 10 ms (testbed/tcpstate.py; --no-tcp-state to leave it
+out): per mode, a line per sender (congestion control, ECN, cwnd, RTT, retransmissions, CE share,
+time per CA state) and tcp-<mode>.png (cwnd per sender over the bottleneck queue, with the ECN
+threshold). At the end, the modes side by side (mean over runs); with --reference, the rows of
+experiments/reference/incast_ns3.py (ns-3, the same incast outside the emulator) beside them.
 """
 
 from __future__ import annotations
@@ -24,8 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from testbed.fidelity import read_records  # noqa: E402
-from testbed.incast import SENDERS, IncastResult, pacing_cleared, run_incast  # noqa: E402
+from testbed.incast import BOTTLENECK, SENDERS, IncastResult, pacing_cleared, run_incast  # noqa: E402
 from testbed.net import Testbed  # noqa: E402
+from testbed.tcpplot import bottleneck_queue, plot, summarise  # noqa: E402
 from topologies import leafspine  # noqa: E402
 from wire.fidelity import DEFAULT_TOLERANCE_MS  # noqa: E402
 
@@ -41,10 +49,62 @@ def row(i: int, r: IncastResult) -> str:
             f"{r.jain:6.3f} {r.utilisation:5.2f}  {flagged if r.drops_measured else 'drops not measured (BMv2)'}")
 
 
+def tcp_report(tb: Testbed, results: dict[str, list[IncastResult]], threshold: int, limit: int) -> None:
+    """Per mode, the senders' TCP state over the first run's measured span, and its plot."""
+    for mode, rs in results.items():
+        r = rs[0]
+        if not r.tcp_files:
+            continue
+        print(f"\nTCP state of the senders, {mode} (run 1, {r.t1 - r.t0:.1f} s measured, samples every 10 ms):")
+        for sender, path in sorted(r.tcp_files.items()):
+            summary = summarise(sender, path, r.t0, r.t1)
+            print("  " + (summary.line() if summary else f"{sender}: no samples"))
+        png = tb.run_dir / f"tcp-{mode}.png"
+        queue = bottleneck_queue(tb.run_dir / "telemetry.csv", *BOTTLENECK, r.t0, r.t1)
+        plot(png, f"incast 6->1, mode {mode}: senders' cwnd and the bottleneck queue (s4 port 1)", r.tcp_files,
+             queue, r.t0, r.t1, threshold if mode == "ecn" else 0, limit)
+        print(f"  plot: {png}")
+
+
+def side_by_side(results: dict[str, list[IncastResult]], reference: dict | None) -> str:
+    """The modes as columns (mean over runs), ns-3's reference rows beside them when given."""
+    columns: list[tuple[str, dict[str, float]]] = []
+    for mode, rs in results.items():
+        columns.append((mode, {
+            "p50 queue (pkts)": mean([r.p(0.50) for r in rs]), "p90 queue (pkts)": mean([r.p(0.90) for r in rs]),
+            "p99 queue (pkts)": mean([r.p(0.99) for r in rs]),
+            "drops per s": mean([r.drops / max(r.t1 - r.t0, 1e-9) for r in rs]) if all(
+                r.drops_measured for r in rs) else float("nan"),
+            "Jain (6 senders)": mean([r.jain for r in rs]),
+            "goodput min/max (Mbit/s)": (mean([min(r.rates) for r in rs]), mean([max(r.rates) for r in rs])),
+            "windows faithful": mean([r.verdict.fraction for r in rs]) * 100}))
+    for mode, row in (reference or {}).get("modes", {}).items():
+        columns.append((f"ns-3 {mode}", {
+            "p50 queue (pkts)": row["queue_p50"], "p90 queue (pkts)": row["queue_p90"],
+            "p99 queue (pkts)": row["queue_p99"], "drops per s": row["drops_per_s"], "Jain (6 senders)": row["jain"],
+            "goodput min/max (Mbit/s)": (min(row["goodput_mbps"]), max(row["goodput_mbps"])),
+            "windows faithful": float("nan")}))
+    lines = [f"{'incast 6->1, queue over faithful windows':40}" + "".join(f"{name:>14}" for name, _ in columns)]
+    for key in columns[0][1]:
+        cells = []
+        for _, values in columns:
+            v = values[key]
+            cells.append(f"{v[0]:6.2f}/{v[1]:<6.2f}" if isinstance(v, tuple) else (
+                f"{'n/a':>13}" if v != v else f"{v:13.3f}" if key.startswith("Jain") else f"{v:13.1f}"))
+        lines.append(f"{key:40}" + "".join(f"{c:>14}" for c in cells))
+    return "\n".join(lines)
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--modes", default="advice,none")
+    parser.add_argument("--modes", default="advice,ecn,none,bbr")
+    parser.add_argument("--no-tcp-state", action="store_true", help="do not sample the senders' TCP state")
+    parser.add_argument("--reference", type=Path, help="results.json of experiments/reference/incast_ns3.py")
     parser.add_argument("--dataplane", choices=("soft", "bmv2"), default="soft")
     parser.add_argument("--capacity-mbps", type=float, default=None,
                         help="every link's rate (default: the topology's, 20 Mbit/s)")
@@ -61,14 +121,16 @@ def main() -> int:
         for i in range(1, args.runs + 1):
             for mode in modes:
                 tb.set_mode(mode)
-                if mode == "none":
+                if mode != "advice":  # no advice left in force
                     deadline = time.monotonic() + 10
                     while not pacing_cleared(tb) and time.monotonic() < deadline:
                         time.sleep(0.1)
                 started = time.monotonic()
-                result = run_incast(tb, mode, tag=f"-{mode}-{i}")
+                result = run_incast(tb, mode, tag=f"-{mode}-{i}", tcp_state=not args.no_tcp_state)
                 results[mode].append(result)
                 print(row(i, result) + f"   ({time.monotonic() - started:.0f} s)", flush=True)
+        port = tb.switch_stats(BOTTLENECK[0])["ports"][str(BOTTLENECK[1])]
+        tcp_report(tb, results, port["ecn_threshold_pkts"], port["depth_pkts"])
     print("\n" + header)
     for mode in modes:
         for i, r in enumerate(results[mode], 1):
@@ -102,6 +164,8 @@ def main() -> int:
         print(f"calibration: per-window worst lateness of the switches over the whole run ({len(worst)} windows "
               f"with frames): p50 {q[0.5]:.2f} ms, p90 {q[0.9]:.2f}, p99 {q[0.99]:.2f}, max {worst[-1]:.1f}; "
               f"{100 * late / len(worst):.1f}% of them above the {DEFAULT_TOLERANCE_MS:g} ms tolerance")
+    reference = json.loads(args.reference.read_text()) if args.reference else None
+    print("\n" + side_by_side(results, reference))
     out = tb.run_dir / "results.json"
     out.write_text(json.dumps({m: [r.summary() for r in rs] for m, rs in results.items()} | {"goal": verdict},
                               indent=1, default=str))

@@ -9,10 +9,13 @@ in flagged windows, and the flagged windows with drops are listed.
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from controller.advisor import jain_index
@@ -24,6 +27,7 @@ from wire.fidelity import WINDOW_S
 SENDERS = ("h1", "h2", "h3", "h4", "h6", "h7")  # both leaves of the default fabric
 RECEIVER = "h5"
 BOTTLENECK = ("s4", 1)  # s4's port to h5
+BASE_PORT = 5301  # iperf3 servers on the receiver: one port per sender
 SECONDS, OMIT_S = 8, 3  # the slow-start queue has drained within 3 s on every run seen
 MIN_FAITHFUL = 0.5  # below this share of faithful windows a measurement is repeated, then refused
 
@@ -49,6 +53,9 @@ class IncastResult:
     drops_faithful: int = 0
     drops_flagged: dict[float, int] = field(default_factory=dict)  # window start (s into the run) -> drops
     drops_measured: bool = True  # False on BMv2: its traffic manager's tail drops are counted nowhere
+    t0: float = 0.0  # the measured span, wall clock
+    t1: float = 0.0
+    tcp_files: dict[str, Path] = field(default_factory=dict)  # sender -> its TCP state samples
 
     @property
     def jain(self) -> float:
@@ -77,16 +84,32 @@ class IncastResult:
 
 
 def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] = SENDERS,
-               receiver: str = RECEIVER, seconds: int = SECONDS, omit_s: int = OMIT_S) -> IncastResult:
-    """Run the incast once (the testbed already in `mode`); measure from omit_s + 0.5 s on."""
+               receiver: str = RECEIVER, seconds: int = SECONDS, omit_s: int = OMIT_S,
+               tcp_state: bool = False) -> IncastResult:
+    """Run the incast once (the testbed already in `mode`); measure from omit_s + 0.5 s on.
+
+    tcp_state: sample every sender's TCP state every 10 ms (testbed/tcpstate.py) into
+    tcp<tag>-<sender>.csv in the run directory (IncastResult.tcp_files)."""
     dst = tb.host(receiver)
+    samplers = {s: _start_tcp_sampler(tb, s, tag, len(senders)) for s in senders} if tcp_state else {}
     started = time.time()
     results: list[tuple[float, float]] = []
     flows = threading.Thread(target=lambda: results.extend(iperf3_parallel(
-        [(tb.host(s), dst) for s in senders], seconds, tb.run_dir, omit_s=omit_s, tag=tag)))
+        [(tb.host(s), dst) for s in senders], seconds, tb.run_dir, base_port=BASE_PORT, omit_s=omit_s, tag=tag)))
     flows.start()
     flows.join(seconds + omit_s + 40)
     ended = time.time()
+    for proc in samplers.values():
+        proc.terminate()
+    for sender, proc in samplers.items():
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.returncode:
+            raise RuntimeError(f"incast: the TCP state sampler in {sender} failed ({proc.returncode}); "
+                               f"see {tb.run_dir / f'tcp{tag}-{sender}.err'}")
     if len(results) != len(senders):
         raise RuntimeError(f"incast: {len(results)} of {len(senders)} iperf3 flows reported (see {tb.run_dir})")
     t0, t1 = started + omit_s + 0.5, ended - 0.5
@@ -100,7 +123,8 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
         time.sleep(0.1)
     verdict = tb.verdict(t0, t1)
     result = IncastResult(mode, [r for r, _ in results], verdict,
-                          drops_measured=tb.switches[switch].kind == "soft")
+                          drops_measured=tb.switches[switch].kind == "soft", t0=t0, t1=t1,
+                          tcp_files={s: tb.run_dir / f"tcp{tag}-{s}.csv" for s in samplers})
     with (tb.run_dir / "telemetry.csv").open() as f:
         for row in csv.DictReader(f):
             t = float(row["time"])
@@ -118,6 +142,16 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
         elif window in set(verdict.windows):
             result.drops_flagged[round(window * WINDOW_S - verdict.run_start, 1)] = drops
     return result
+
+
+def _start_tcp_sampler(tb: Testbed, sender: str, tag: str, flows: int) -> subprocess.Popen:
+    err = (tb.run_dir / f"tcp{tag}-{sender}.err").open("wb")
+    proc = tb.host(sender).popen([sys.executable, "-m", "testbed.tcpstate", "--out",
+                                  str(tb.run_dir / f"tcp{tag}-{sender}.csv"),
+                                  "--dports", f"{BASE_PORT}-{BASE_PORT + flows - 1}"],
+                                 stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+    err.close()
+    return proc
 
 
 def pacing_cleared(tb: Testbed, hosts: tuple[str, ...] = SENDERS, receiver: str = RECEIVER) -> bool:
