@@ -11,7 +11,7 @@ MODE ?= none
 SW ?= s1
 ELECTION ?= 0,1
 
-.PHONY: deps apt venv run test test-unit test-integration test-repeat fuzz clean p4 shell bench lint proto
+.PHONY: deps apt venv run test test-unit test-integration test-repeat fuzz clean p4 shell bench lint proto reference
 
 deps: apt venv
 
@@ -57,6 +57,12 @@ fuzz: deps
 N ?= 5
 test-repeat: deps
 	$(PY) tools/test_repeat.py $(N)
+
+# ns-3 (PyPI, pinned in pyproject.toml) and the incast in it: the reference bench/incast_fidelity.py
+# takes with --reference runs/<time>-ns3-incast/results.json
+reference: deps
+	$(PY) -m pip install -q -e '.[reference]'
+	$(PY) experiments/reference/incast_ns3.py
 
 bench: deps
 	$(PY) bench/softswitch_pps.py
