@@ -107,9 +107,9 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if proc.returncode:
-            raise RuntimeError(f"incast: the TCP state sampler in {sender} failed ({proc.returncode}); "
-                               f"see {tb.run_dir / f'tcp{tag}-{sender}.err'}")
+        if proc.returncode:  # the samples are evidence beside the measurement, not the measurement
+            print(f"incast: the TCP state sampler in {sender} ended with {proc.returncode}; its samples may stop "
+                  f"early (see {tb.run_dir / f'tcp{tag}-{sender}.err'})", file=sys.stderr)
     if len(results) != len(senders):
         raise RuntimeError(f"incast: {len(results)} of {len(senders)} iperf3 flows reported (see {tb.run_dir})")
     t0, t1 = started + omit_s + 0.5, ended - 0.5

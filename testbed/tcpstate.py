@@ -89,10 +89,17 @@ class Sample:
 class TcpStateReader:
     """One sock_diag socket in the calling process's network namespace."""
 
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
-        self.sock.bind((0, 0))
+    def __init__(self, timeout_s: float = 0.5) -> None:
+        self.timeout_s = timeout_s
+        self.sock = self._open()
         self.seq = 0
+        self.timeouts = 0
+
+    def _open(self) -> socket.socket:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
+        sock.bind((0, 0))
+        sock.settimeout(self.timeout_s)  # a dump whose end never comes must not hold the sampler
+        return sock
 
     def close(self) -> None:
         self.sock.close()
@@ -104,13 +111,19 @@ class TcpStateReader:
         self.sock.send(_REQUEST.pack(_REQUEST.size, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0,
                                      socket.AF_INET, socket.IPPROTO_TCP, ext, ALL_STATES_BUT_LISTEN, bytes(48)))
         while True:
-            data = self.sock.recv(1 << 16)
+            try:
+                data = self.sock.recv(1 << 16)
+            except TimeoutError:  # this sample is lost; a fresh socket leaves any late reply behind
+                self.timeouts += 1
+                self.sock.close()
+                self.sock = self._open()
+                return
             offset = 0
             while offset + _NLMSGHDR.size <= len(data):
                 length, kind, _flags, seq, _pid = _NLMSGHDR.unpack_from(data, offset)
                 if length < _NLMSGHDR.size:
                     return
-                if kind == NLMSG_DONE:
+                if kind == NLMSG_DONE and seq == self.seq:
                     return
                 if kind == NLMSG_ERROR:
                     code = -struct.unpack_from("=i", data, offset + _NLMSGHDR.size)[0]
@@ -192,6 +205,9 @@ def sample(out: Path, interval_s: float, dports: set[int] | None, stopping: thre
             if next_at < now:  # late (a stall): skip the samples missed, keep the phase
                 next_at = now
             stopping.wait(next_at - now)
+    if reader.timeouts:
+        print(f"tcpstate: {reader.timeouts} queries unanswered within {reader.timeout_s:g} s (samples lost)",
+              file=sys.stderr)
     reader.close()
     return rows
 
