@@ -11,7 +11,7 @@ MODE ?= none
 SW ?= s1
 ELECTION ?= 0,1
 
-.PHONY: deps apt venv run test test-unit test-integration test-repeat fuzz clean p4 shell bench lint proto reference
+.PHONY: deps apt venv run test test-unit test-integration test-repeat fuzz clean p4 shell bench lint proto reference demo
 
 deps: apt venv
 
@@ -57,6 +57,10 @@ fuzz: deps
 N ?= 5
 test-repeat: deps
 	$(PY) tools/test_repeat.py $(N)
+
+# The headline experiment: experiments/demo.yaml in modes none, ecn and advice, report in runs/<time>-scenario-demo/
+demo: deps
+	$(PY) -m testbed scenario experiments/demo.yaml $(if $(MODES),--modes $(MODES)) $(if $(SHORT),--short $(SHORT))
 
 # ns-3 (PyPI, pinned in pyproject.toml) and the incast in it: the reference bench/incast_fidelity.py
 # takes with --reference runs/<time>-ns3-incast/results.json

@@ -1,6 +1,8 @@
-"""python -m testbed run|clean|address|device-id
+"""python -m testbed run|scenario|report|clean|address|device-id
 
     run --topo NAME|FILE --dataplane auto|soft|bmv2   bring up a testbed and open the CLI
+    scenario FILE [--modes a,b] [--short F]          run a scenario file per mode, write its report
+    report [REPORT.md]                               print the first table of the last (or given) report
     clean                                            end what earlier runs left (by recorded PID)
     address SW / device-id SW                        P4Runtime address / device id of a running switch
 """
@@ -11,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from controller.advice import MODES
 from testbed.rundir import RUNS, clean_all
@@ -62,6 +65,52 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scenario(args: argparse.Namespace) -> int:
+    from testbed.scenario import ScenarioError, load_scenario
+
+    try:
+        scenario = load_scenario(args.file)
+        if args.modes:
+            scenario.modes = [m for m in args.modes.split(",") if m]
+            bad = [m for m in scenario.modes if m not in MODES]
+            if bad:
+                raise ScenarioError(f"--modes: {', '.join(bad)} not one of {', '.join(MODES)}")
+        if args.short is not None:
+            if not 0 < args.short <= 1:
+                raise ScenarioError(f"--short: must be in (0, 1], got {args.short}")
+            scenario = scenario.shortened(args.short)
+    except ScenarioError as exc:
+        print(f"testbed scenario: {exc}", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("testbed: Mininet needs root (run as root or with sudo)", file=sys.stderr)
+        return 2
+    from mininet.log import setLogLevel
+
+    from testbed.experiment import run_scenario
+    from testbed.report import report_table
+
+    setLogLevel("warning")
+    result = run_scenario(scenario)
+    print("\n" + report_table(result.out_dir / "report.md"))
+    failed = [f"{m}/{r.name}" for m, run in result.runs.items() for r in run.jobs if not r.ok]
+    if failed:
+        print(f"testbed scenario: jobs failed or unfinished: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from testbed.report import last_report, report_table
+
+    path = Path(args.file) if args.file else last_report()
+    if path is None or not path.exists():
+        print("testbed report: no report under runs/ yet (`make demo` writes one)", file=sys.stderr)
+        return 2
+    print(f"{path}\n\n{report_table(path)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="testbed")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -77,12 +126,22 @@ def main(argv: list[str] | None = None) -> int:
                           "or BBR senders")
     run.add_argument("--int-sample-log2", type=int, default=3, choices=range(-1, 17), metavar="N",
                      help="INT on 1 in 2^N packets of each host flow (default 3; -1 = INT off)")
+    scenario = sub.add_parser("scenario", help="run a scenario file (each mode on a fresh testbed) and report")
+    scenario.add_argument("file")
+    scenario.add_argument("--modes", help="comma-separated modes instead of the file's")
+    scenario.add_argument("--short", type=float, metavar="F", help="scale sizes, durations and times by F (0..1]")
+    report = sub.add_parser("report", help="print the first table of the last scenario report")
+    report.add_argument("file", nargs="?")
     sub.add_parser("clean", help="end processes and delete interfaces left by earlier runs")
     for name in ("address", "device-id"):
         sub.add_parser(name).add_argument("switch")
     args = parser.parse_args(argv)
     if args.command == "run":
         return cmd_run(args)
+    if args.command == "scenario":
+        return cmd_scenario(args)
+    if args.command == "report":
+        return cmd_report(args)
     if args.command == "clean":
         done = clean_all()
         print("\n".join(done) if done else "nothing left by earlier runs")

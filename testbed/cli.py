@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from mininet.cli import CLI
 
+from controller.advice import MODES
 from testbed.fidelity import read_records, recent
 from testbed.net import Testbed
 from testbed.p4read import drop_reasons
@@ -274,6 +275,43 @@ class StarNetCLI(CLI):
             self.stdout.write(f"flows: {exc}\n")
             return
         self._launch(background_job(f"flows{len(self.jobs) + 1}", flows, view, "background", options.get("cc")), bg)
+
+    def do_scenario(self, line: str) -> None:
+        """scenario FILE [modes=none,advice]: run a scenario file's jobs and faults on this testbed, once per
+        mode (its topology must be this one), and write its report (see `report`)."""
+        from testbed.experiment import run_on_testbed
+        from testbed.report import report_table
+        from testbed.scenario import ScenarioError, load_scenario
+
+        words = line.split()
+        if not words:
+            self.stdout.write("scenario: give a scenario file, e.g. scenario experiments/demo.yaml\n")
+            return
+        try:
+            scenario = load_scenario(words[0])
+            for word in words[1:]:
+                key, _, value = word.partition("=")
+                if key != "modes" or not value:
+                    raise ScenarioError(f"{word!r}: the only option is modes=a,b")
+                scenario.modes = value.split(",")
+                bad = [m for m in scenario.modes if m not in MODES]
+                if bad:
+                    raise ScenarioError(f"modes: {', '.join(bad)} not one of {', '.join(MODES)}")
+            result = run_on_testbed(self.tb, scenario, progress=lambda text: self.stdout.write(text + "\n"))
+        except ScenarioError as exc:
+            self.stdout.write(f"scenario: {exc}\n")
+            return
+        self.stdout.write("\n" + report_table(result.out_dir / "report.md") + "\n")
+
+    def do_report(self, line: str) -> None:
+        """report: the first table of the last scenario report (under runs/), and where it is."""
+        from testbed.report import last_report, report_table
+
+        path = last_report()
+        if path is None:
+            self.stdout.write("report: no scenario report yet (scenario FILE, or make demo)\n")
+            return
+        self.stdout.write(f"{path}\n\n{report_table(path)}\n")
 
     def do_jobs(self, line: str) -> None:
         """jobs: the all-reduce and flow jobs started in this session, with their results."""

@@ -1,0 +1,357 @@
+"""Run a scenario (testbed/scenario.py): per control mode, the jobs and faults on schedule, then the
+figures a report needs, all from what the run measured.
+
+    python -m testbed scenario experiments/demo.yaml [--modes none,advice] [--short 0.5]
+
+Each mode runs on a fresh testbed with its own run directory (runs/<time>-scenario-<name>-<mode>/, so
+`make clean` finds what a dead run left); results.json and the report go to
+runs/<time>-scenario-<name>/ (the CLI's `scenario FILE` runs the modes one after another on the
+testbed that is up). Per mode:
+every job in a thread from its start time (all-reduce through workloads.allreduce, incast and
+background flows through workloads.flows), faults from theirs, each host's sending rate sampled
+from its switch port's counters every 200 ms (host-rates.csv), and at the end per switch port the
+INT queue readings (telemetry.csv: p99 over all and over faithful windows), queue drops and bytes
+sent (the soft switch's counters), and the fidelity verdict of the span.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from testbed.fidelity import Verdict
+from testbed.net import Testbed
+from testbed.rundir import new_run_dir
+from testbed.scenario import Fault, JobSpecification, Scenario, ScenarioError
+from topologies.spec import Topology
+from workloads.allreduce.job import JobSpec, run_job
+from workloads.fabric import FabricView
+from workloads.flows import schedule
+from workloads.flows.job import run_flows
+
+RATE_SAMPLE_S = 0.2
+STATS_SETTLE_S = 0.7  # the soft switch writes its counters every 0.5 s
+MIN_READINGS = 20  # a port with fewer INT readings in the span has no queue percentile
+
+
+@dataclass
+class JobRecord:
+    name: str
+    kind: str
+    start_s: float
+    started: float = math.nan  # wall clock
+    ended: float = math.nan
+    ok: bool = False
+    error: str = ""
+    figures: dict = field(default_factory=dict)  # busbw_mbps, wrong, flows_completed, fct_p99_ms, ...
+    workdir: str = ""
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.ended - self.started
+
+
+@dataclass
+class PortFigures:
+    switch: str
+    port: int
+    peer: str
+    readings: int
+    p99_queue: float  # over all readings in the span
+    p99_queue_faithful: float
+    drops: int | None  # None: not counted (BMv2)
+    utilisation: float | None  # bytes sent over the span / capacity
+
+
+@dataclass
+class ModeRun:
+    mode: str
+    run_dir: str
+    t0: float
+    t1: float
+    verdict: str
+    faithful_share: float
+    jobs: list[JobRecord]
+    ports: list[PortFigures]
+    faults: list[dict]
+    host_rates: str = ""  # the sampled host rates (CSV)
+
+    def worst_port(self) -> PortFigures | None:
+        ranked = [p for p in self.ports if not math.isnan(p.p99_queue_faithful)]
+        return max(ranked, key=lambda p: (p.p99_queue_faithful, p.drops or 0), default=None)
+
+    @property
+    def drops(self) -> int | None:
+        counted = [p.drops for p in self.ports if p.drops is not None]
+        return sum(counted) if counted else None
+
+    def uplink_utilisation(self, topo_switch_roles: dict[str, str]) -> float:
+        """Mean utilisation of the leaf→spine ports (the oversubscribed layer)."""
+        values = [p.utilisation for p in self.ports if p.utilisation is not None
+                  and topo_switch_roles.get(p.switch) == "leaf" and topo_switch_roles.get(p.peer) == "spine"]
+        return float(np.mean(values)) if values else math.nan
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ScenarioResult:
+    scenario: Scenario
+    out_dir: Path
+    runs: dict[str, ModeRun] = field(default_factory=dict)
+
+
+Progress = Callable[[str], None]
+
+
+def _print(text: str) -> None:
+    print(time.strftime("[%H:%M:%S] ") + text, flush=True)
+
+
+def run_scenario(scenario: Scenario, out_dir: Path | None = None, progress: Progress = _print) -> ScenarioResult:
+    """Every mode of `scenario` on its own fresh testbed; results.json and the report in out_dir."""
+    from testbed.report import write_report  # plotting is the report's, after the runs
+
+    out_dir = out_dir or new_run_dir(f"scenario-{scenario.name}")
+    result = ScenarioResult(scenario, out_dir)
+    (out_dir / "scenario.yaml").write_text(Path(scenario.source).read_text() if Path(scenario.source).exists()
+                                           else "")
+    for i, mode in enumerate(scenario.modes, 1):
+        progress(f"mode {mode} ({i} of {len(scenario.modes)}): bringing up {scenario.topology.name} "
+                 f"({scenario.dataplane})")
+        with Testbed(scenario.topology, dataplane=scenario.dataplane, name=f"scenario-{scenario.name}-{mode}",
+                     mode=mode) as tb:
+            result.runs[mode] = run_mode(tb, scenario, mode, progress)
+        write_results(result)
+    write_report(result)
+    progress(f"report: {out_dir / 'report.md'}")
+    return result
+
+
+def run_on_testbed(tb: Testbed, scenario: Scenario, progress: Progress = _print) -> ScenarioResult:
+    """The scenario's modes one after another on the testbed that is up (the CLI's `scenario`); its
+    topology must be the scenario's. The testbed is left in its mode from before."""
+    from testbed.report import write_report
+
+    if _shape(tb.topo) != _shape(scenario.topology):
+        raise ScenarioError(f"{scenario.source}: topology: {scenario.topology.name} is not the running testbed's "
+                            f"{tb.topo.name} (run it with `python -m testbed scenario FILE`, on fresh testbeds)")
+    result = ScenarioResult(scenario, new_run_dir(f"scenario-{scenario.name}"))
+    mode_before = tb.mode
+    try:
+        for mode in scenario.modes:
+            progress(f"mode {mode} on the running testbed")
+            result.runs[mode] = run_mode(tb, scenario, mode, progress, tag=f"-{result.out_dir.name}-{mode}")
+            write_results(result)
+    finally:
+        if tb.mode != mode_before:
+            tb.set_mode(mode_before)
+    write_report(result)
+    progress(f"report: {result.out_dir / 'report.md'}")
+    return result
+
+
+def _shape(topo: Topology) -> tuple:
+    links = [(link.a, link.b, link.a_port, link.b_port, link.capacity_mbps, link.queue_pkts) for link in topo.links]
+    return sorted(h.name for h in topo.hosts), sorted(links)
+
+
+def write_results(result: ScenarioResult) -> None:
+    sc = result.scenario
+    data = {"scenario": sc.name, "source": sc.source, "topology": sc.topology.name, "dataplane": sc.dataplane,
+            "seed": sc.seed, "modes": {m: r.to_dict() for m, r in result.runs.items()}}
+    (result.out_dir / "results.json").write_text(json.dumps(data, indent=1, default=str))
+
+
+def run_mode(tb: Testbed, scenario: Scenario, mode: str, progress: Progress = _print, tag: str = "") -> ModeRun:
+    """The scenario's schedule once on `tb` in `mode` (switched to it if needed)."""
+    if tb.mode != mode:
+        tb.set_mode(mode)
+    view = FabricView.of_testbed(tb)
+    before = _port_counters(tb)
+    rates = HostRateSampler(tb, tb.run_dir / f"host-rates{tag}.csv")
+    records = [JobRecord(j.name, j.kind, j.start_s) for j in scenario.jobs]
+    start = time.monotonic() + 0.5
+    t0 = tb.now() + 0.5
+    rates.start()
+    threads = [threading.Thread(target=_run_job, args=(job, record, view, start, scenario.seed, mode, tag, progress),
+                                name=f"job-{job.name}", daemon=True)
+               for job, record in zip(scenario.jobs, records, strict=True)]
+    applied: list[dict] = []
+    faults = threading.Thread(target=_apply_faults, args=(tb, scenario.faults, start, applied, progress),
+                              name="faults", daemon=True)
+    for thread in (*threads, faults):
+        thread.start()
+    deadline = start + scenario.duration_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    for thread, record in zip(threads, records, strict=True):
+        if thread.is_alive():
+            record.error = f"unfinished after duration_s = {scenario.duration_s:g} s"
+            progress(f"[{mode}] {record.name}: {record.error}")
+    faults.join(max(0.0, deadline - time.monotonic()))
+    t1 = tb.now()
+    rates.stop()
+    time.sleep(STATS_SETTLE_S)
+    after = _port_counters(tb)
+    verdict = tb.verdict(t0, t1)
+    ports = _port_figures(tb, before, after, t0, t1, verdict)
+    run = ModeRun(mode, str(tb.run_dir), t0, t1, verdict.line(), verdict.fraction, records, ports, applied,
+                  str(rates.path))
+    worst = run.worst_port()
+    progress(f"[{mode}] done in {t1 - t0:.1f} s; worst port "
+             f"{f'{worst.switch}:{worst.port} p99 {worst.p99_queue_faithful:g}' if worst else 'n/a'}, "
+             f"drops {run.drops if run.drops is not None else 'n/a'}; {verdict.line()}")
+    return run
+
+
+def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: float, seed: int, mode: str,
+             tag: str, progress: Progress) -> None:
+    time.sleep(max(0.0, start + job.start_s - time.monotonic()))
+    record.started = time.time()
+    name = f"{job.name}{tag}"
+
+    def say(text: str) -> None:
+        progress(f"[{mode}] {text}")
+
+    try:
+        if job.kind == "allreduce":
+            outcome = run_job(JobSpec(hosts=job.hosts, sizes=[job.size_bytes], algo=job.algo, iters=job.iters,
+                                      seed=seed, name=name), view, progress=say)
+            size = outcome.results[0]
+            record.figures = {"busbw_mbps": size.busbw_gbs * 8e3, "algbw_mbps": size.algbw_gbs * 8e3,
+                              "time_s": size.time_s, "wrong": size.wrong, "algo": size.algo,
+                              "link_mbps": outcome.link_mbps, "size_bytes": size.size_bytes}
+            record.workdir = str(outcome.workdir)
+            record.ok = size.wrong == 0
+            if size.wrong:
+                record.error = f"{size.wrong} wrong elements"
+        else:
+            if job.kind == "incast":
+                flows = schedule.incast(job.receiver, job.senders, job.size_bytes)
+            else:
+                flows = schedule.background(job.hosts, job.seconds, job.load, view.link_mbps(job.hosts), seed)
+            flow_outcome = run_flows(flows, view, name=name, kind=job.kind, progress=say)
+            done = [f for f in flow_outcome.flows if f.ok]
+            fct = [f.fct_s * 1e3 for f in done]
+            record.figures = {"flows": len(flow_outcome.flows), "completed": len(done),
+                              "fct_p50_ms": float(np.percentile(fct, 50, method="nearest")) if fct else math.nan,
+                              "fct_p99_ms": float(np.percentile(fct, 99, method="nearest")) if fct else math.nan,
+                              "span_s": (max(f.ended for f in done) - min(f.started for f in done)) if done
+                              else math.nan}
+            record.workdir = str(flow_outcome.workdir)
+            record.ok = len(done) == len(flow_outcome.flows)
+            if not record.ok:
+                record.error = f"{len(flow_outcome.flows) - len(done)} flows did not complete"
+    except Exception as exc:  # noqa: BLE001 - a failed job is a result of the run, reported, not fatal to it
+        record.error = f"{type(exc).__name__}: {exc}"
+        say(f"{job.name}: failed: {record.error}\n{traceback.format_exc(limit=3)}")
+    record.ended = time.time()
+    say(f"{job.name}: {'done' if record.ok else 'FAILED'} in {record.elapsed_s:.1f} s "
+        + " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.figures.items()))
+
+
+def _apply_faults(tb: Testbed, faults: list[Fault], start: float, applied: list[dict], progress: Progress) -> None:
+    assert tb.net is not None
+    for fault in sorted(faults, key=lambda f: f.at_s):
+        time.sleep(max(0.0, start + fault.at_s - time.monotonic()))
+        a, b = fault.link
+        tb.net.configLinkStatus(a, b, "down" if fault.kind == "link_down" else "up")
+        applied.append({"at_s": fault.at_s, "kind": fault.kind, "link": [a, b], "time": tb.now()})
+        progress(f"fault: {fault.kind} {a}-{b} at {fault.at_s:g} s")
+
+
+def _port_counters(tb: Testbed) -> dict[tuple[str, int], tuple[int, int]]:
+    """(switch, port) → (queue drops, bytes sent), soft switches only."""
+    out = {}
+    for name, sw in tb.switches.items():
+        if sw.kind != "soft":
+            continue
+        try:
+            ports = tb.switch_stats(name)["ports"]
+        except (OSError, ValueError, KeyError):
+            continue
+        for port, stats in ports.items():
+            out[(name, int(port))] = (int(stats["queue_drops"]), int(stats["tx_bytes"]))
+    return out
+
+
+def _port_figures(tb: Testbed, before: dict, after: dict, t0: float, t1: float,
+                  verdict: Verdict) -> list[PortFigures]:
+    readings: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    with (tb.run_dir / "telemetry.csv").open() as f:
+        for row in csv.DictReader(f):
+            t = float(row["time"])
+            if t0 <= t < t1:
+                readings.setdefault((row["switch"], int(row["port"])), []).append((t, int(row["queue_pkts"])))
+    out = []
+    for sw in tb.topo.switches:
+        for link in tb.topo.links_of(sw.name):
+            key = (sw.name, link.port_of(sw.name))
+            rows = readings.get(key, [])
+            faithful = [q for t, q in rows if verdict.is_faithful(t)]
+            drops = utilisation = None
+            if key in before and key in after:
+                drops = after[key][0] - before[key][0]
+                utilisation = (after[key][1] - before[key][1]) * 8 / max(t1 - t0, 1e-9) / (link.capacity_mbps * 1e6)
+            out.append(PortFigures(sw.name, key[1], link.other(sw.name), len(rows),
+                                   _p99([q for _, q in rows]), _p99(faithful), drops, utilisation))
+    return out
+
+
+def _p99(values: list[int]) -> float:
+    if len(values) < MIN_READINGS:
+        return math.nan
+    return float(np.percentile(values, 99, method="nearest"))
+
+
+class HostRateSampler:
+    """Each host's sending rate from its switch port's receive counter (root namespace), every 200 ms."""
+
+    def __init__(self, tb: Testbed, path: Path) -> None:
+        self.path = path
+        self.counters = {}
+        for host in tb.topo.hosts:
+            link = tb.topo.host_link(host.name)
+            switch = link.other(host.name)
+            self.counters[host.name] = Path(f"/sys/class/net/{switch}-eth{link.port_of(switch)}/statistics/rx_bytes")
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="host-rates", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(2)
+
+    def _read(self) -> dict[str, int]:
+        out = {}
+        for host, path in self.counters.items():
+            try:
+                out[host] = int(path.read_text())
+            except (OSError, ValueError):
+                continue
+        return out
+
+    def _run(self) -> None:
+        with self.path.open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["time", "host", "tx_mbps"])
+            last, last_t = self._read(), time.time()
+            while not self.stopping.wait(RATE_SAMPLE_S):
+                now, t = self._read(), time.time()
+                for host, value in now.items():
+                    if host in last:
+                        writer.writerow([f"{t:.3f}", host, f"{(value - last[host]) * 8 / (t - last_t) / 1e6:.3f}"])
+                last, last_t = now, t

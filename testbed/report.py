@@ -1,0 +1,243 @@
+"""The report of a scenario run: report.md with the modes side by side, and its plots (PNG).
+
+Everything in it is read from the run: the jobs' results, the INT queue readings (telemetry.csv),
+the switches' counters, advice.csv and the host agents' records, the sampled host rates, and each
+mode's fidelity verdict.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from testbed.experiment import ScenarioResult
+
+RUNS = Path(__file__).resolve().parent.parent / "runs"
+TABLE_START = "<!-- table -->"
+TABLE_END = "<!-- /table -->"
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def first_table(result: ScenarioResult) -> str:
+    """Per job busbw / completion time, then the fabric's p99 queue, drops, utilisation, fidelity;
+    a column per mode and advice/none when both ran."""
+    runs = result.runs
+    modes = list(runs)
+    roles = {s.name: s.role for s in result.scenario.topology.switches}
+    ratio = "advice" in runs and "none" in runs
+    rows: list[tuple[str, list[float | None], int]] = []
+    for job in result.scenario.jobs:
+        records = [next(r for r in runs[m].jobs if r.name == job.name) for m in modes]
+        if job.kind == "allreduce":
+            rows.append((f"{job.name}: busbw (Mbit/s)", [r.figures.get("busbw_mbps") for r in records], 2))
+            rows.append((f"{job.name}: job completion time (s)", [r.elapsed_s for r in records], 1))
+        elif job.kind == "incast":
+            rows.append((f"{job.name}: incast completion (s)", [r.figures.get("span_s") for r in records], 2))
+        else:
+            rows.append((f"{job.name}: flow completion p99 (ms)", [r.figures.get("fct_p99_ms") for r in records], 0))
+    worst = [runs[m].worst_port() for m in modes]
+    rows.append(("p99 queue, worst port, faithful windows (pkts)",
+                 [w.p99_queue_faithful if w else None for w in worst], 0))
+    drops = [runs[m].drops for m in modes]
+    rows.append(("drops, all switch ports", [float(d) if d is not None else None for d in drops], 0))
+    rows.append(("utilisation of leaf→spine ports", [runs[m].uplink_utilisation(roles) for m in modes], 2))
+    rows.append(("windows faithful (%)", [100 * runs[m].faithful_share for m in modes], 0))
+    header = "| | " + " | ".join(modes) + (" | advice / none |" if ratio else " |")
+    lines = [header, "|---" * (len(modes) + 1 + ratio) + "|"]
+    for label, values, digits in rows:
+        cells = [_fmt(v, digits) for v in values]
+        if ratio:
+            a, n = values[modes.index("advice")], values[modes.index("none")]
+            cells.append(f"{a / n:.2f}×" if a is not None and n and not math.isnan(a) and not math.isnan(n) else "n/a")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    ports = ", ".join(f"{m}: {w.switch}:{w.port}→{w.peer}" for m, w in zip(modes, worst, strict=True) if w)
+    lines.append("")
+    lines.append(f"Worst port per mode (highest p99 queue over faithful windows): {ports}.")
+    return "\n".join(lines)
+
+
+def write_report(result: ScenarioResult) -> Path:
+    sc = result.scenario
+    out = result.out_dir
+    plots = _plots(result)
+    lines = [f"# Scenario {sc.name}", "",
+             f"{sc.topology.name} ({len(sc.topology.hosts)} hosts), data plane {sc.dataplane}, seed {sc.seed}, "
+             f"from `{sc.source}`. Modes run one after another, each on a fresh testbed with the same schedule.",
+             "", TABLE_START, first_table(result), TABLE_END, "", "## Fidelity", ""]
+    for mode, run in result.runs.items():
+        lines.append(f"- {mode}: {run.verdict} (`{run.run_dir}`)")
+    lines += ["", "## Jobs", ""]
+    for mode, run in result.runs.items():
+        for r in run.jobs:
+            status = "ok" if r.ok else f"FAILED ({r.error})"
+            figures = ", ".join(f"{k} {_fmt(v, 2) if isinstance(v, float) else v}" for k, v in r.figures.items())
+            lines.append(f"- {mode} / {r.name} ({r.kind}, from {r.start_s:g} s): {status}; {figures}")
+    if any(run.faults for run in result.runs.values()):
+        lines += ["", "## Faults", ""]
+        for mode, run in result.runs.items():
+            for fault in run.faults:
+                lines.append(f"- {mode}: {fault['kind']} {'-'.join(fault['link'])} at {fault['at_s']:g} s")
+    lines += ["", "## Plots", ""]
+    for title, path in plots:
+        lines += [f"### {title}", "", f"![{title}]({path.name})", ""]
+    report = out / "report.md"
+    report.write_text("\n".join(lines) + "\n")
+    return report
+
+
+def last_report(runs: Path = RUNS) -> Path | None:
+    found = sorted(runs.glob("*/report.md"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def report_table(path: Path) -> str:
+    text = path.read_text()
+    if TABLE_START in text and TABLE_END in text:
+        return text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip()
+    return text
+
+
+def _read_csv(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def _plots(result: ScenarioResult) -> list[tuple[str, Path]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out: list[tuple[str, Path]] = []
+    runs = result.runs
+    topo = result.scenario.topology
+    worst = {m: r.worst_port() for m, r in runs.items()}
+    watched = sorted({(w.switch, w.port) for w in worst.values() if w})
+    capacity = {(s.name, link.port_of(s.name)): link for s in topo.switches for link in topo.links_of(s.name)}
+
+    # Queue over time at the worst ports, per mode, with the ECN threshold (a quarter of the queue).
+    if watched:
+        fig, axes = plt.subplots(len(runs), 1, figsize=(11, 2.6 * len(runs)), sharex=True, squeeze=False)
+        for ax, (mode, run) in zip(axes[:, 0], runs.items(), strict=True):
+            rows = _read_csv(Path(run.run_dir) / "telemetry.csv")
+            for sw, port in watched:
+                pts = [(float(r["time"]) - run.t0, int(r["queue_pkts"])) for r in rows
+                       if r["switch"] == sw and r["port"] == str(port) and run.t0 <= float(r["time"]) < run.t1]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], ".", ms=2, label=f"{sw}:{port}")
+            link = capacity[watched[0]]
+            ax.axhline(link.queue_pkts // 4, color="tab:orange", ls="--", lw=1, label="ECN threshold")
+            ax.set_ylim(0, link.queue_pkts + 2)
+            ax.set_ylabel(f"{mode}\nqueue (pkts)")
+            ax.grid(alpha=0.3)
+            ax.legend(loc="upper right", fontsize=7, ncol=4)
+        axes[-1, 0].set_xlabel("seconds into the mode's run")
+        fig.suptitle("INT queue readings at the worst ports")
+        fig.tight_layout()
+        out.append(("Queues", _save(fig, result.out_dir / "queues.png", plt)))
+
+    # Advised vs achieved rate per host (the advice mode).
+    if "advice" in runs:
+        run = runs["advice"]
+        run_dir = Path(run.run_dir)
+        rates = [r for r in _read_csv(Path(run.host_rates)) if run.t0 <= float(r["time"]) < run.t1]
+        hosts = sorted({r["host"] for r in rates if float(r["tx_mbps"]) > 0.05}, key=lambda h: int(h[1:]))
+        if hosts:
+            fig, axes = plt.subplots(len(hosts), 1, figsize=(11, 1.5 * len(hosts)), sharex=True, squeeze=False)
+            for ax, host in zip(axes[:, 0], hosts, strict=True):
+                achieved = [(float(r["time"]) - run.t0, float(r["tx_mbps"])) for r in rates if r["host"] == host]
+                ax.plot([p[0] for p in achieved], [p[1] for p in achieved], lw=0.8, label="achieved (all destinations)")
+                advised = _advised_total(run_dir, host, run.t0, run.t1)
+                if advised:
+                    ax.step([p[0] for p in advised], [p[1] for p in advised], where="post", lw=0.8,
+                            label="advised (sum over destinations)")
+                ax.set_ylabel(f"{host}\nMbit/s", fontsize=8)
+                ax.grid(alpha=0.3)
+            axes[0, 0].legend(loc="upper right", fontsize=7)
+            axes[-1, 0].set_xlabel("seconds into the advice run")
+            fig.suptitle("Advised and achieved sending rate per host (advice mode)")
+            fig.tight_layout()
+            out.append(("Advised vs achieved rates", _save(fig, result.out_dir / "rates-advice.png", plt)))
+
+    # Utilisation of the leaf→spine ports over time (INT tx rate / capacity), per mode.
+    roles = {s.name: s.role for s in topo.switches}
+    uplinks = {k for k, link in capacity.items()
+               if roles.get(k[0]) == "leaf" and roles.get(link.other(k[0])) == "spine"}
+    if uplinks:
+        fig, ax = plt.subplots(figsize=(11, 3.2))
+        for mode, run in runs.items():
+            rows = [r for r in _read_csv(Path(run.run_dir) / "telemetry.csv")
+                    if (r["switch"], int(r["port"])) in uplinks and r["utilisation"]
+                    and run.t0 <= float(r["time"]) < run.t1]
+            if rows:
+                t = [float(r["time"]) - run.t0 for r in rows]
+                u = [float(r["utilisation"]) for r in rows]
+                bins = max(1, int(max(t) / 0.5))
+                sums, edges = _binned_mean(t, u, bins)
+                ax.plot(edges, sums, lw=1, label=mode)
+        ax.set_ylabel("mean utilisation")
+        ax.set_xlabel("seconds into the mode's run")
+        ax.set_ylim(0, 1.1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_title("Leaf→spine ports: utilisation from INT (0.5 s bins)")
+        fig.tight_layout()
+        out.append(("Uplink utilisation", _save(fig, result.out_dir / "utilisation.png", plt)))
+
+    # busbw per all-reduce job per mode.
+    jobs = [j.name for j in result.scenario.jobs if j.kind == "allreduce"]
+    if jobs:
+        fig, ax = plt.subplots(figsize=(8, 3.2))
+        width = 0.8 / max(1, len(runs))
+        for i, (mode, run) in enumerate(runs.items()):
+            values = [next(r for r in run.jobs if r.name == j).figures.get("busbw_mbps", 0.0) for j in jobs]
+            ax.bar([k + i * width for k in range(len(jobs))], values, width, label=mode)
+        ax.set_xticks([k + width * (len(runs) - 1) / 2 for k in range(len(jobs))], jobs)
+        ax.set_ylabel("busbw (Mbit/s)")
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)
+        ax.set_title("All-reduce bus bandwidth per mode")
+        fig.tight_layout()
+        out.append(("busbw per mode", _save(fig, result.out_dir / "busbw.png", plt)))
+    return out
+
+
+def _binned_mean(t: list[float], v: list[float], bins: int) -> tuple[list[float], list[float]]:
+    top = max(t) if t else 1.0
+    sums = [0.0] * bins
+    counts = [0] * bins
+    for x, y in zip(t, v, strict=True):
+        i = min(bins - 1, int(x / top * bins))
+        sums[i] += y
+        counts[i] += 1
+    centres = [(i + 0.5) * top / bins for i in range(bins)]
+    pairs = [(c, s / n) for c, s, n in zip(centres, sums, counts, strict=True) if n]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _advised_total(run_dir: Path, host: str, t0: float, t1: float) -> list[tuple[float, float]]:
+    """The host's applied advice (sum over destinations, Mbit/s) as steps, from its agent's record."""
+    rows = _read_csv(run_dir / "hostagents" / f"{host}.csv")
+    current: dict[str, float] = {}
+    steps = []
+    for r in rows:
+        t = float(r["applied"])
+        current[r["dst"]] = float(r["rate_bps"]) / 1e6
+        if t0 <= t < t1:
+            steps.append((t - t0, sum(current.values())))
+    return steps
+
+
+def _save(fig: Any, path: Path, plt: Any) -> Path:  # matplotlib's figure and pyplot
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,288 @@
+"""Scenario files: one experiment — fabric, control modes to compare, jobs and faults — in YAML.
+
+    name: demo
+    seed: 1
+    dataplane: soft                # soft | bmv2 | auto
+    modes: [none, ecn, advice]     # each runs the same schedule on a fresh testbed
+    duration_s: 60                 # per mode: jobs still running then are reported unfinished
+    topology:
+      name: leafspine              # a generator (leafspine, fattree, dumbbell) or file: path.yaml
+      args: {spines: 2, leaves: 2, hosts_per_leaf: 4}
+      capacity_mbps: 20            # every link, unless the lines below say otherwise
+      spine_capacity_mbps: 10      # switch-to-switch links only (an oversubscribed spine layer)
+      queue_pkts: 64
+    jobs:
+      - {name: ar-a, kind: allreduce, hosts: [h1, h2, h5, h6], size: 2M, iters: 3, algo: ring, start_s: 0}
+      - {name: burst, kind: incast, receiver: h5, senders: [h3, h4, h7], size: 1M, start_s: 2}
+      - {name: bg, kind: background, hosts: all, load: 0.1, seconds: 10, start_s: 0}
+    faults:
+      - {at_s: 5, kind: link_down, link: [s3, s1]}
+      - {at_s: 9, kind: link_up, link: [s3, s1]}
+
+`load_scenario` checks everything against the topology before anything starts and names the
+field of the first problem (``jobs[1].hosts: no host 'h99' in leafspine-2x2x4``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controller.advice import MODES
+from topologies import TopologyError, load_topology
+from topologies.generators import GENERATORS
+from topologies.spec import Topology
+from workloads.allreduce.schedule import ALGORITHMS
+from workloads.hosts import parse_size
+
+JOB_KINDS = ("allreduce", "incast", "background")
+FAULT_KINDS = ("link_down", "link_up")
+DATAPLANES = ("soft", "bmv2", "auto")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot run; the message names the file and the field."""
+
+
+@dataclass
+class JobSpecification:
+    name: str
+    kind: str
+    start_s: float = 0.0
+    hosts: list[str] = field(default_factory=list)  # allreduce ranks, background hosts
+    size_bytes: int = 0  # allreduce message, incast bytes per sender
+    iters: int = 3
+    algo: str = "ring"
+    receiver: str = ""
+    senders: list[str] = field(default_factory=list)
+    load: float = 0.0
+    seconds: float = 0.0
+
+
+@dataclass
+class Fault:
+    at_s: float
+    kind: str
+    link: tuple[str, str]
+
+
+@dataclass
+class Scenario:
+    name: str
+    source: str
+    topology: Topology
+    modes: list[str]
+    dataplane: str
+    duration_s: float
+    seed: int
+    jobs: list[JobSpecification]
+    faults: list[Fault]
+
+    def shortened(self, factor: float) -> Scenario:
+        """The same schedule with sizes, durations and times scaled by `factor` (tests, quick looks)."""
+        jobs = [dataclasses.replace(j, start_s=j.start_s * factor, seconds=j.seconds * factor,
+                                    size_bytes=max(4, int(j.size_bytes * factor) // 4 * 4) if j.size_bytes else 0)
+                for j in self.jobs]
+        faults = [dataclasses.replace(f, at_s=f.at_s * factor) for f in self.faults]
+        return dataclasses.replace(self, jobs=jobs, faults=faults, duration_s=self.duration_s * factor)
+
+
+def load_scenario(path: Path | str) -> Scenario:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read ({exc.strerror})") from None
+    return parse_scenario(text, str(path), base=path.parent)
+
+
+def parse_scenario(text: str, source: str = "scenario", base: Path = ROOT) -> Scenario:
+    try:
+        data = yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+        raise ScenarioError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return _Reader(source, base).scenario(data)
+
+
+class _Reader:
+    def __init__(self, source: str, base: Path) -> None:
+        self.source = source
+        self.base = base
+
+    def fail(self, where: str, message: str) -> ScenarioError:
+        return ScenarioError(f"{self.source}: {where}: {message}")
+
+    def mapping(self, value: Any, where: str, allowed: set[str]) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"must be a mapping, got {type(value).__name__}")
+        for key in value:
+            if key not in allowed:
+                raise self.fail(f"{where}.{key}" if where else str(key),
+                                f"unknown field (fields: {', '.join(sorted(allowed))})")
+        return value
+
+    def number(self, value: Any, where: str, low: float, high: float = math.inf, integer: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise self.fail(where, f"must be a number, got {value!r}")
+        if integer and int(value) != value:
+            raise self.fail(where, f"must be a whole number, got {value!r}")
+        if not low <= value <= high:
+            raise self.fail(where, f"must be in [{low:g}, {high:g}], got {value!r}")
+        return value
+
+    def text(self, value: Any, where: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(where, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def size(self, value: Any, where: str) -> int:
+        try:
+            size = parse_size(value) if isinstance(value, str | int) and not isinstance(value, bool) else -1
+        except ValueError:
+            raise self.fail(where, f"cannot read size {value!r} (e.g. 64K, 2M)") from None
+        if size < 4:
+            raise self.fail(where, f"must be at least 4 bytes, got {value!r}")
+        return size
+
+    def hosts(self, value: Any, where: str, topo: Topology, allow_all: bool = False) -> list[str]:
+        if allow_all and value == "all":
+            return [h.name for h in topo.hosts]
+        if not isinstance(value, list) or not value:
+            raise self.fail(where, f"must be a non-empty list of host names{' or all' if allow_all else ''}")
+        for i, host in enumerate(value):
+            if not isinstance(host, str) or not topo.is_host(host):
+                raise self.fail(f"{where}[{i}]", f"no host {host!r} in {topo.name}")
+        if len(set(value)) != len(value):
+            raise self.fail(where, f"lists a host twice: {value}")
+        return list(value)
+
+    def scenario(self, data: Any) -> Scenario:
+        d = self.mapping(data, "", {"name", "seed", "dataplane", "modes", "duration_s", "topology", "jobs", "faults"})
+        name = self.text(d.get("name"), "name")
+        topo = self.topology(d.get("topology"))
+        modes = d.get("modes", ["none", "advice"])
+        if isinstance(modes, str):
+            modes = [modes]
+        if not isinstance(modes, list) or not modes:
+            raise self.fail("modes", f"must be a list of modes ({', '.join(MODES)})")
+        for i, mode in enumerate(modes):
+            if mode not in MODES:
+                raise self.fail(f"modes[{i}]", f"{mode!r} is not one of {', '.join(MODES)}")
+        dataplane = d.get("dataplane", "soft")
+        if dataplane not in DATAPLANES:
+            raise self.fail("dataplane", f"{dataplane!r} is not one of {', '.join(DATAPLANES)}")
+        duration = self.number(d.get("duration_s", 120), "duration_s", 1, 3600)
+        seed = int(self.number(d.get("seed", 1), "seed", 0, 2**32 - 1, integer=True))
+        jobs_data = d.get("jobs")
+        if not isinstance(jobs_data, list) or not jobs_data:
+            raise self.fail("jobs", "must be a non-empty list of jobs")
+        jobs = [self.job(j, f"jobs[{i}]", topo, duration) for i, j in enumerate(jobs_data)]
+        names = [j.name for j in jobs]
+        for i, n in enumerate(names):
+            if names.index(n) != i:
+                raise self.fail(f"jobs[{i}].name", f"{n!r} is used by jobs[{names.index(n)}] too")
+        faults_data = d.get("faults") or []
+        if not isinstance(faults_data, list):
+            raise self.fail("faults", "must be a list")
+        faults = [self.fault(f, f"faults[{i}]", topo, duration) for i, f in enumerate(faults_data)]
+        return Scenario(name, self.source, topo, list(modes), dataplane, float(duration), seed, jobs, faults)
+
+    def topology(self, value: Any) -> Topology:
+        d = self.mapping(value, "topology", {"name", "file", "args", "capacity_mbps", "spine_capacity_mbps",
+                                             "queue_pkts"})
+        if ("name" in d) == ("file" in d):
+            raise self.fail("topology", "give one of name (a generator) or file (a topology YAML)")
+        if "file" in d:
+            path = Path(self.text(d["file"], "topology.file"))
+            path = path if path.is_absolute() else (self.base / path if (self.base / path).exists() else ROOT / path)
+            try:
+                topo = load_topology(path)
+            except (TopologyError, OSError) as exc:
+                raise self.fail("topology.file", str(exc)) from None
+            if "args" in d:
+                raise self.fail("topology.args", "only for a generator (name)")
+        else:
+            name = d["name"]
+            if name not in GENERATORS:
+                raise self.fail("topology.name", f"{name!r} is not one of {', '.join(GENERATORS)}")
+            args = self.mapping(d.get("args", {}), "topology.args",
+                                set(GENERATORS[name].__code__.co_varnames[:GENERATORS[name].__code__.co_argcount])
+                                - {"capacity_mbps", "queue_pkts"})
+            kwargs: dict[str, float] = {k: int(self.number(v, f"topology.args.{k}", 1, 64, integer=True))
+                                        for k, v in args.items()}
+            if "capacity_mbps" in d:
+                kwargs["capacity_mbps"] = self.number(d["capacity_mbps"], "topology.capacity_mbps", 0.1, 100_000)
+            if "queue_pkts" in d:
+                kwargs["queue_pkts"] = int(self.number(d["queue_pkts"], "topology.queue_pkts", 2, 2**19 - 1,
+                                                       integer=True))
+            try:
+                topo = GENERATORS[name](**kwargs)
+            except TopologyError as exc:
+                raise self.fail("topology", str(exc)) from None
+        if "spine_capacity_mbps" in d:
+            spine = self.number(d["spine_capacity_mbps"], "topology.spine_capacity_mbps", 0.1, 100_000)
+            links = [dataclasses.replace(link, capacity_mbps=float(spine))
+                     if topo.is_switch(link.a) and topo.is_switch(link.b) else link for link in topo.links]
+            topo = Topology(f"{topo.name}-spine{spine:g}mbps", list(topo.switches), list(topo.hosts), links,
+                            dict(topo.defaults))
+        return topo
+
+    def job(self, value: Any, where: str, topo: Topology, duration: float) -> JobSpecification:
+        kinds = {"allreduce": {"hosts", "size", "iters", "algo"}, "incast": {"receiver", "senders", "size"},
+                 "background": {"hosts", "load", "seconds"}}
+        if not isinstance(value, dict):
+            raise self.fail(where, f"must be a mapping, got {type(value).__name__}")
+        kind = value.get("kind")
+        if kind not in JOB_KINDS:
+            raise self.fail(f"{where}.kind", f"{kind!r} is not one of {', '.join(JOB_KINDS)}")
+        d = self.mapping(value, where, {"name", "kind", "start_s"} | kinds[kind])
+        job = JobSpecification(name=self.text(d.get("name"), f"{where}.name"), kind=kind,
+                               start_s=float(self.number(d.get("start_s", 0), f"{where}.start_s", 0, duration)))
+        if kind == "allreduce":
+            job.hosts = self.hosts(d.get("hosts"), f"{where}.hosts", topo)
+            if len(job.hosts) < 2:
+                raise self.fail(f"{where}.hosts", "an all-reduce needs at least 2 hosts")
+            job.size_bytes = self.size(d.get("size", "1M"), f"{where}.size")
+            if job.size_bytes % 4:
+                raise self.fail(f"{where}.size", f"must be a multiple of 4 bytes (float32), got {job.size_bytes}")
+            job.iters = int(self.number(d.get("iters", 3), f"{where}.iters", 1, 1000, integer=True))
+            job.algo = d.get("algo", "ring")
+            if job.algo not in (*ALGORITHMS, "auto"):
+                raise self.fail(f"{where}.algo", f"{job.algo!r} is not one of {', '.join((*ALGORITHMS, 'auto'))}")
+        elif kind == "incast":
+            receiver = d.get("receiver")
+            if not isinstance(receiver, str) or not topo.is_host(receiver):
+                raise self.fail(f"{where}.receiver", f"no host {receiver!r} in {topo.name}")
+            job.receiver = receiver
+            job.senders = self.hosts(d.get("senders"), f"{where}.senders", topo)
+            if receiver in job.senders:
+                raise self.fail(f"{where}.senders", f"the receiver {receiver} cannot also send")
+            job.size_bytes = self.size(d.get("size", "1M"), f"{where}.size")
+        else:
+            job.hosts = self.hosts(d.get("hosts", "all"), f"{where}.hosts", topo, allow_all=True)
+            if len(job.hosts) < 2:
+                raise self.fail(f"{where}.hosts", "background flows need at least 2 hosts")
+            job.load = float(self.number(d.get("load"), f"{where}.load", 0.001, 1))
+            job.seconds = float(self.number(d.get("seconds"), f"{where}.seconds", 0.1, duration))
+        return job
+
+    def fault(self, value: Any, where: str, topo: Topology, duration: float) -> Fault:
+        d = self.mapping(value, where, {"at_s", "kind", "link"})
+        kind = d.get("kind")
+        if kind not in FAULT_KINDS:
+            raise self.fail(f"{where}.kind", f"{kind!r} is not one of {', '.join(FAULT_KINDS)}")
+        at = float(self.number(d.get("at_s"), f"{where}.at_s", 0, duration))
+        link = d.get("link")
+        if not (isinstance(link, list) and len(link) == 2 and all(isinstance(n, str) for n in link)):
+            raise self.fail(f"{where}.link", f"must be the two ends of a link, e.g. [s3, s1], got {link!r}")
+        try:
+            topo.find_link(link[0], link[1])
+        except TopologyError:
+            raise self.fail(f"{where}.link", f"no link between {link[0]} and {link[1]} in {topo.name}") from None
+        return Fault(at, kind, (link[0], link[1]))

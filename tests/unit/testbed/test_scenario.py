@@ -1,0 +1,89 @@
+"""Scenario files: experiments/*.yaml parse, and bad files are refused before anything starts, with
+the field named; the report's first table is computed from the runs it is given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed.experiment import JobRecord, ModeRun, PortFigures, ScenarioResult
+from testbed.report import first_table
+from testbed.scenario import ScenarioError, load_scenario, parse_scenario
+
+ROOT = Path(__file__).resolve().parents[3]
+GOOD = """
+name: t
+modes: [none, advice]
+duration_s: 30
+topology: {name: leafspine, args: {spines: 2, leaves: 2, hosts_per_leaf: 2}, spine_capacity_mbps: 10}
+jobs:
+  - {name: ar, kind: allreduce, hosts: [h1, h3], size: 64K, iters: 2}
+  - {name: inc, kind: incast, receiver: h3, senders: [h1, h2], size: 128K, start_s: 1}
+  - {name: bg, kind: background, hosts: all, load: 0.1, seconds: 5}
+faults:
+  - {at_s: 2, kind: link_down, link: [s3, s1]}
+"""
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_experiment_file_parses(path):
+    scenario = load_scenario(path)
+    assert scenario.jobs and scenario.modes
+
+
+def test_a_good_file_reads_as_written():
+    s = parse_scenario(GOOD)
+    assert [j.name for j in s.jobs] == ["ar", "inc", "bg"]
+    assert s.jobs[0].size_bytes == 64 << 10 and s.jobs[2].hosts == ["h1", "h2", "h3", "h4"]
+    assert {link.capacity_mbps for link in s.topology.links if s.topology.is_switch(link.a)
+            and s.topology.is_switch(link.b)} == {10.0}
+    assert s.faults[0].link == ("s3", "s1")
+    short = s.shortened(0.5)
+    assert short.jobs[0].size_bytes == 32 << 10 and short.jobs[1].start_s == 0.5 and short.duration_s == 15
+
+
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ("hosts: [h1, h3]", "hosts: [h1, h99]", r"jobs\[0\]\.hosts\[1\]: no host 'h99'"),
+    ("size: 64K, iters", "size: -4, iters", r"jobs\[0\]\.size: must be at least 4 bytes"),
+    ("link: [s3, s1]", "link: [s1, s2]", r"faults\[0\]\.link: no link between s1 and s2"),
+    ("receiver: h3", "receiver: h9", r"jobs\[1\]\.receiver: no host 'h9'"),
+    ("modes: [none, advice]", "modes: [none, fast]", r"modes\[1\]: 'fast' is not one of"),
+    ("load: 0.1", "load: 2", r"jobs\[2\]\.load: must be in"),
+    ("kind: incast", "kind: broadcast", r"jobs\[1\]\.kind: 'broadcast' is not one of"),
+    ("iters: 2}", "iters: 2, colour: red}", r"jobs\[0\]\.colour: unknown field"),
+    ("name: inc", "name: ar", r"jobs\[1\]\.name: 'ar' is used by jobs\[0\] too"),
+    ("at_s: 2", "at_s: 99", r"faults\[0\]\.at_s: must be in \[0, 30\]"),
+    ("name: leafspine", "name: torus", r"topology\.name: 'torus' is not one of"),
+    ("size: 64K, iters", "size: 66, iters", r"jobs\[0\]\.size: must be a multiple of 4"),
+])
+def test_bad_files_name_the_field(old, new, field):
+    assert old in GOOD
+    with pytest.raises(ScenarioError, match=field):
+        parse_scenario(GOOD.replace(old, new), "bad.yaml")
+
+
+def test_not_yaml_and_not_a_file_are_errors_naming_the_source(tmp_path):
+    with pytest.raises(ScenarioError, match=r"bad\.yaml: not valid YAML"):
+        parse_scenario("jobs: [", "bad.yaml")
+    with pytest.raises(ScenarioError, match="cannot read"):
+        load_scenario(tmp_path / "missing.yaml")
+
+
+def _run(mode: str, busbw: float, p99: float, drops: int, elapsed: float) -> ModeRun:
+    job = JobRecord("ar", "allreduce", 0.0, started=100.0, ended=100.0 + elapsed, ok=True,
+                    figures={"busbw_mbps": busbw})
+    ports = [PortFigures("s3", 3, "s1", 50, p99, p99, drops, 0.8), PortFigures("s3", 1, "h1", 50, 1, 1, 0, 0.1)]
+    return ModeRun(mode, "/nonexistent", 0.0, 10.0, "timing held", 0.9, [job], ports, [])
+
+
+def test_first_table_puts_modes_side_by_side_with_the_ratio():
+    s = parse_scenario(GOOD.split("  - {name: inc")[0])
+    result = ScenarioResult(s, Path("/nonexistent"),
+                            {"none": _run("none", 8.0, 63, 120, 20.0), "advice": _run("advice", 12.0, 3, 0, 13.0)})
+    table = first_table(result)
+    assert "| ar: busbw (Mbit/s) | 8.00 | 12.00 | 1.50× |" in table
+    assert "| ar: job completion time (s) | 20.0 | 13.0 | 0.65× |" in table
+    assert "| p99 queue, worst port, faithful windows (pkts) | 63 | 3 | 0.05× |" in table
+    assert "| drops, all switch ports | 120 | 0 | 0.00× |" in table
+    assert "none: s3:3→s1" in table
