@@ -7,7 +7,8 @@ Each mode runs on a fresh testbed with its own run directory (runs/<time>-scenar
 `make clean` finds what a dead run left); results.json and the report go to
 runs/<time>-scenario-<name>/ (the CLI's `scenario FILE` runs the modes one after another on the
 testbed that is up). Per mode:
-every job in a thread from its start time (all-reduce through workloads.allreduce, incast and
+every job in a thread from its start time (all-reduce through workloads.allreduce on fixed ports,
+so every mode puts the same flows on the same ECMP paths; incast and
 background flows through workloads.flows), faults from theirs, each host's sending rate sampled
 from its switch port's counters every 200 ms (host-rates.csv), and at the end per switch port the
 INT queue readings (telemetry.csv: p99 over all and over faithful windows), queue drops and bytes
@@ -41,6 +42,9 @@ from workloads.flows.job import run_flows
 RATE_SAMPLE_S = 0.2
 STATS_SETTLE_S = 0.7  # the soft switch writes its counters every 0.5 s
 MIN_READINGS = 20  # a port with fewer INT readings in the span has no queue percentile
+# Each all-reduce job's ranks take fixed TCP ports (PORT_BASE + PORT_RANGE * job index ...), so the
+# same flows hash onto the same ECMP paths in every mode: a mode comparison is not an ECMP lottery.
+PORT_BASE, PORT_RANGE = 20000, 100
 
 
 @dataclass
@@ -184,9 +188,10 @@ def run_mode(tb: Testbed, scenario: Scenario, mode: str, progress: Progress = _p
     start = time.monotonic() + 0.5
     t0 = tb.now() + 0.5
     rates.start()
-    threads = [threading.Thread(target=_run_job, args=(job, record, view, start, scenario.seed, mode, tag, progress),
+    threads = [threading.Thread(target=_run_job, args=(job, record, view, start, scenario.seed, mode, tag, progress,
+                                                       job.port_base or PORT_BASE + PORT_RANGE * i),
                                 name=f"job-{job.name}", daemon=True)
-               for job, record in zip(scenario.jobs, records, strict=True)]
+               for i, (job, record) in enumerate(zip(scenario.jobs, records, strict=True))]
     applied: list[dict] = []
     faults = threading.Thread(target=_apply_faults, args=(tb, scenario.faults, start, applied, progress),
                               name="faults", daemon=True)
@@ -216,7 +221,7 @@ def run_mode(tb: Testbed, scenario: Scenario, mode: str, progress: Progress = _p
 
 
 def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: float, seed: int, mode: str,
-             tag: str, progress: Progress) -> None:
+             tag: str, progress: Progress, port_base: int) -> None:
     time.sleep(max(0.0, start + job.start_s - time.monotonic()))
     record.started = time.time()
     name = f"{job.name}{tag}"
@@ -227,7 +232,7 @@ def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: 
     try:
         if job.kind == "allreduce":
             outcome = run_job(JobSpec(hosts=job.hosts, sizes=[job.size_bytes], algo=job.algo, iters=job.iters,
-                                      seed=seed, name=name), view, progress=say)
+                                      seed=seed, name=name, port_base=port_base), view, progress=say)
             size = outcome.results[0]
             record.figures = {"busbw_mbps": size.busbw_gbs * 8e3, "algbw_mbps": size.algbw_gbs * 8e3,
                               "time_s": size.time_s, "wrong": size.wrong, "algo": size.algo,

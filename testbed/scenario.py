@@ -13,6 +13,8 @@
       queue_pkts: 64
     jobs:
       - {name: ar-a, kind: allreduce, hosts: [h1, h2, h5, h6], size: 2M, iters: 3, algo: ring, start_s: 0}
+        # port_base: the ranks' TCP ports (default: a fixed range per job, so every mode hashes
+        # the same flows onto the same ECMP paths)
       - {name: burst, kind: incast, receiver: h5, senders: [h3, h4, h7], size: 1M, start_s: 2}
       - {name: bg, kind: background, hosts: all, load: 0.1, seconds: 10, start_s: 0}
     faults:
@@ -59,6 +61,7 @@ class JobSpecification:
     size_bytes: int = 0  # allreduce message, incast bytes per sender
     iters: int = 3
     algo: str = "ring"
+    port_base: int = 0  # the ranks' TCP ports (0: the runner gives each all-reduce job its own fixed range)
     receiver: str = ""
     senders: list[str] = field(default_factory=list)
     load: float = 0.0
@@ -234,8 +237,8 @@ class _Reader:
         return topo
 
     def job(self, value: Any, where: str, topo: Topology, duration: float) -> JobSpecification:
-        kinds = {"allreduce": {"hosts", "size", "iters", "algo"}, "incast": {"receiver", "senders", "size"},
-                 "background": {"hosts", "load", "seconds"}}
+        kinds = {"allreduce": {"hosts", "size", "iters", "algo", "port_base"},
+                 "incast": {"receiver", "senders", "size"}, "background": {"hosts", "load", "seconds"}}
         if not isinstance(value, dict):
             raise self.fail(where, f"must be a mapping, got {type(value).__name__}")
         kind = value.get("kind")
@@ -252,6 +255,9 @@ class _Reader:
             if job.size_bytes % 4:
                 raise self.fail(f"{where}.size", f"must be a multiple of 4 bytes (float32), got {job.size_bytes}")
             job.iters = int(self.number(d.get("iters", 3), f"{where}.iters", 1, 1000, integer=True))
+            job.port_base = int(self.number(d.get("port_base", 0), f"{where}.port_base", 0, 65435, integer=True))
+            if 0 < job.port_base < 1024:
+                raise self.fail(f"{where}.port_base", f"must be 0 or in 1024..65435, got {job.port_base}")
             job.algo = d.get("algo", "ring")
             if job.algo not in (*ALGORITHMS, "auto"):
                 raise self.fail(f"{where}.algo", f"{job.algo!r} is not one of {', '.join((*ALGORITHMS, 'auto'))}")
