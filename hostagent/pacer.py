@@ -53,7 +53,7 @@ class HtbPacer:
     def _tbf(self, command: str, dst: str, rate_bps: float) -> None:
         classid = self.classes[dst]
         burst = max(1600, int(rate_bps / 8 * 0.0005))  # ~0.5 ms, at least one full frame
-        limit = max(64 * 1514, min(int(rate_bps / 8 * 0.2), 4 << 20))  # ≤ 200 ms of data, ≤ 4 MiB, wait here
+        limit = max(8 * 1514, min(int(rate_bps / 8 * 0.02), 4 << 20))  # ~20 ms of data, ≥ 8 frames, ≤ 4 MiB
         self.ipr.tc(command, "tbf", self.index, (classid & 0xFFFF) << 16, parent=classid,
                     rate=f"{max(int(rate_bps), 8000)}bit", burst=burst, limit=limit)
 
