@@ -88,10 +88,10 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
                tcp_state: bool = False) -> IncastResult:
     """Run the incast once (the testbed already in `mode`); measure from omit_s + 0.5 s on.
 
-    tcp_state: sample every sender's TCP state every 10 ms (testbed/tcpstate.py) into
-    tcp<tag>-<sender>.csv in the run directory (IncastResult.tcp_files)."""
+    tcp_state: sample every sender's TCP state every 10 ms (testbed/tcpstate.py) into tcp<tag>.csv
+    in the run directory (IncastResult.tcp_files: sender -> that file)."""
     dst = tb.host(receiver)
-    samplers = {s: _start_tcp_sampler(tb, s, tag, len(senders)) for s in senders} if tcp_state else {}
+    sampler = _start_tcp_sampler(tb, senders, tag) if tcp_state else None
     started = time.time()
     results: list[tuple[float, float]] = []
     flows = threading.Thread(target=lambda: results.extend(iperf3_parallel(
@@ -99,17 +99,16 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
     flows.start()
     flows.join(seconds + omit_s + 40)
     ended = time.time()
-    for proc in samplers.values():
-        proc.terminate()
-    for sender, proc in samplers.items():
+    if sampler is not None:
+        sampler.terminate()
         try:
-            proc.wait(5)
+            sampler.wait(5)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.returncode:  # the samples are evidence beside the measurement, not the measurement
-            print(f"incast: the TCP state sampler in {sender} ended with {proc.returncode}; its samples may stop "
-                  f"early (see {tb.run_dir / f'tcp{tag}-{sender}.err'})", file=sys.stderr)
+            sampler.kill()
+            sampler.wait()
+        if sampler.returncode:  # the samples are evidence beside the measurement, not the measurement
+            print(f"incast: the TCP state sampler ended with {sampler.returncode}; its samples may stop early "
+                  f"(see {tb.run_dir / f'tcp{tag}.err'})", file=sys.stderr)
     if len(results) != len(senders):
         raise RuntimeError(f"incast: {len(results)} of {len(senders)} iperf3 flows reported (see {tb.run_dir})")
     t0, t1 = started + omit_s + 0.5, ended - 0.5
@@ -124,7 +123,7 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
     verdict = tb.verdict(t0, t1)
     result = IncastResult(mode, [r for r, _ in results], verdict,
                           drops_measured=tb.switches[switch].kind == "soft", t0=t0, t1=t1,
-                          tcp_files={s: tb.run_dir / f"tcp{tag}-{s}.csv" for s in samplers})
+                          tcp_files={s: tb.run_dir / f"tcp{tag}.csv" for s in senders} if sampler else {})
     with (tb.run_dir / "telemetry.csv").open() as f:
         for row in csv.DictReader(f):
             t = float(row["time"])
@@ -144,14 +143,13 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
     return result
 
 
-def _start_tcp_sampler(tb: Testbed, sender: str, tag: str, flows: int) -> subprocess.Popen:
-    err = (tb.run_dir / f"tcp{tag}-{sender}.err").open("wb")
-    proc = tb.host(sender).popen([sys.executable, "-m", "testbed.tcpstate", "--out",
-                                  str(tb.run_dir / f"tcp{tag}-{sender}.csv"),
-                                  "--dports", f"{BASE_PORT}-{BASE_PORT + flows - 1}"],
-                                 stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
-    err.close()
-    return proc
+def _start_tcp_sampler(tb: Testbed, senders: tuple[str, ...], tag: str) -> subprocess.Popen:
+    """One sampler for every sender's namespace (testbed/tcpstate.py), rows in tcp<tag>.csv."""
+    hosts = [arg for s in senders for arg in ("--host", f"{s}=/proc/{tb.host(s).pid}/ns/net")]
+    with (tb.run_dir / f"tcp{tag}.err").open("wb") as err:
+        return subprocess.Popen([sys.executable, "-m", "testbed.tcpstate", "--out", str(tb.run_dir / f"tcp{tag}.csv"),
+                                 "--dports", f"{BASE_PORT}-{BASE_PORT + len(senders) - 1}", *hosts],
+                                stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
 
 
 def pacing_cleared(tb: Testbed, hosts: tuple[str, ...] = SENDERS, receiver: str = RECEIVER) -> bool:

@@ -39,13 +39,13 @@ class SenderTcp:
                 f"retrans {self.retrans:5}  CE {ce:>6} of {self.delivered} delivered  [{states}]")
 
 
-def read_samples(path: Path, t0: float, t1: float) -> dict[tuple[str, int], list[dict]]:
-    """Rows of the data connection(s) in [t0, t1), by (dst, dport); iperf3's control connection
+def read_samples(path: Path, t0: float, t1: float, host: str) -> dict[tuple[str, int], list[dict]]:
+    """`host`'s rows of its data connection in [t0, t1), by (dst, sport); iperf3's control connection
     (which carries almost nothing) is the one with the fewest bytes acknowledged, and is left out."""
     by_conn: dict[tuple[str, int], list[dict]] = {}
     with path.open() as f:
         for row in csv.DictReader(f):
-            if t0 <= float(row["time"]) < t1:
+            if row["host"] == host and t0 <= float(row["time"]) < t1:
                 by_conn.setdefault((row["dst"], int(row["sport"])), []).append(row)
     if len(by_conn) > 1:
         busiest = max(by_conn, key=lambda k: int(by_conn[k][-1]["bytes_acked"]))
@@ -54,7 +54,7 @@ def read_samples(path: Path, t0: float, t1: float) -> dict[tuple[str, int], list
 
 
 def summarise(sender: str, path: Path, t0: float, t1: float) -> SenderTcp | None:
-    conns = read_samples(path, t0, t1)
+    conns = read_samples(path, t0, t1, sender)
     if not conns:
         return None
     rows = next(iter(conns.values()))
@@ -90,7 +90,7 @@ def plot(png: Path, title: str, tcp_files: dict[str, Path], queue: list[tuple[fl
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True, height_ratios=(3, 2))
     for sender, path in sorted(tcp_files.items()):
-        for rows in read_samples(path, t0, t1).values():
+        for rows in read_samples(path, t0, t1, sender).values():
             top.plot([float(r["time"]) - t0 for r in rows], [int(r["cwnd"]) for r in rows], lw=0.8, label=sender)
     top.set_ylabel("cwnd (segments)")
     top.legend(loc="upper right", ncol=6, fontsize=8)
