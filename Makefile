@@ -73,6 +73,8 @@ bench: deps
 	$(PY) bench/advisor_scale.py
 	$(PY) bench/advice_latency.py
 	$(PY) bench/allreduce_busbw.py
+	$(PY) bench/incast_fidelity.py
+	$(PY) bench/p4rt_soak.py
 
 # ruff, and mypy on the packages (untyped defs refused; config in pyproject.toml). Part of `make test`.
 lint: deps
