@@ -74,6 +74,8 @@ class AdviceLoop:
         if self._series.tell() == 0:
             self._writer.writerow(["time", "epoch", "src", "dst", "rate_bps", "reason"])
         self.capacity: dict[LinkId, float] = topo.link_capacities_bps()
+        self.full_capacity = dict(self.capacity)
+        self.steps = 0  # decisions taken (each step() in mode advice that got past "nothing changed")
         self._wake = asyncio.Event()  # set by the collector's change listener and by declarations
         # Set by declarations and mode changes only: they are rare and explicit, so they skip the
         # per-interval limit that keeps a stream of INT reports from spinning the loop.
@@ -141,6 +143,20 @@ class AdviceLoop:
         self._wake.set()
         self._urgent.set()
 
+    def set_links(self, ends: list[tuple[str, int]], up: bool) -> None:
+        """A fabric link failed (or came back): its directions leave (rejoin) the capacities the
+        advisor shares out, and demands whose INT path crossed it count only their other links
+        until INT shows their new path. Decided afresh at once."""
+        for switch, port in ends:
+            link = egress_link(switch, port)
+            if up and link in self.full_capacity:
+                self.capacity[link] = self.full_capacity[link]
+            else:
+                self.capacity.pop(link, None)
+        self._inputs_seen = None
+        self._wake.set()
+        self._urgent.set()
+
     # ---- the loop -----------------------------------------------------------------------------
     def demands(self, now: float, snap: TelemetrySnapshot) -> list[Demand]:
         pairs: dict[tuple[str, str], dict] = {}
@@ -186,6 +202,7 @@ class AdviceLoop:
         if inputs == self._inputs_seen and not refresh_due:
             return {}
         self._inputs_seen = inputs
+        self.steps += 1
         demands = self.demands(now, snap)
         advice = advise(demands, self.link_states(now, snap), self.params) if demands else {}
         to_send = changed(advice, self.sent, self.tolerance)

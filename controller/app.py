@@ -6,7 +6,9 @@ Reads ``topology.yaml`` and ``switches.json`` (name → gRPC address, device id,
 p4c output: BMv2 JSON and its P4Info) from the run directory, pushes the pipeline, installs
 port_role, port_config, int_sink (host-facing ports), int_node, the INT report clone session,
 ECMP members/groups (watch ports on every member) and ipv4_lpm routes, then writes
-``controller.ready``. A switch whose session drops is reconnected and reprogrammed.
+``controller.ready``. A switch whose session drops is reconnected and reprogrammed. Every fabric
+link is probed (controller/links.py); a link that fails or comes back re-routes the fabric (only
+the route entries that change are written) and re-plans the advice, logged in ``links.csv``.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ import grpc
 
 from controller.advice import MODES, AdviceLoop
 from controller.advisor import AdvisorParams
+from controller.links import Change, LinkMonitor, parse_probe, probe_frame
 from controller.p4rt_client import SwitchError, SwitchSession
-from controller.program import INT_SAMPLE_LOG2, switch_program
+from controller.program import INT_SAMPLE_LOG2, RouteState, route_updates, switch_program
 from controller.routing import Route, compute_routes
 from controller.service import start_server
 from controller.telemetry import Collector, HopLateness
@@ -46,10 +49,12 @@ RECONNECT_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 class Controller:
     def __init__(self, run_dir: Path, schema: P4Schema, int_sample_log2: int | None = INT_SAMPLE_LOG2,
                  mode: str = "none", interval_s: float = 0.001, eta: float = 0.95, drain_s: float = 0.1,
-                 fidelity_file: Path | None = None) -> None:
+                 fidelity_file: Path | None = None, probe_s: float = 0.010, probe_misses: int = 5,
+                 hold_down_s: float = 0.5) -> None:
         """int_sample_log2: INT starts on 1 in 2^N packets of each host flow (None = no INT);
         mode: none | ecn | advice; interval_s: advice loop period; eta: target utilisation;
-        fidelity_file: where BMv2 switches' lateness (from INT) goes (None = not measured)."""
+        fidelity_file: where BMv2 switches' lateness (from INT) goes (None = not measured);
+        probe_s, probe_misses, hold_down_s: link probes (controller/links.py; probe_s 0 = none)."""
         self.int_sample_log2 = int_sample_log2
         self.run_dir = run_dir
         self.schema = schema
@@ -67,6 +72,14 @@ class Controller:
         self.advice = AdviceLoop(self.topo, self.plan, self.collector, run_dir, mode,
                                  AdvisorParams(eta=eta, drain_s=drain_s, queue_allowance_pkts=2), interval_s)
         self.loop_lag: FidelityWindows | None = None  # set by main(): event-loop lag into fidelity.csv
+        self.probe_s, self.probe_misses, self.hold_down_s = probe_s, probe_misses, hold_down_s
+        self.monitor: LinkMonitor | None = None
+        self.down: set[frozenset[str]] = set()  # failed links (controller/routing.py's form)
+        self.route_state: dict[str, RouteState] = {}
+        self.device_names = {self.plan.switches[s.name].device_id: s.name for s in self.topo.switches}
+        self.timeline = (run_dir / "links.csv").open("a")
+        if self.timeline.tell() == 0:
+            self.timeline.write("time,link,state,detected_wall,routes_written_ms,route_updates,advice_decided_ms\n")
 
     def _hop_lateness(self, fidelity_file: Path | None) -> HopLateness | None:
         """BMv2 switches have no timing monitor of their own: the controller measures them from INT."""
@@ -92,12 +105,14 @@ class Controller:
     async def program(self, session: SwitchSession, routes: list[Route]) -> int:
         device_config = self.switch_info[session.name].get("device_config")
         await session.set_pipeline(Path(device_config).read_bytes() if device_config else b"")
-        updates = switch_program(session.schema, self.topo, self.plan, session.name, routes, self.int_sample_log2)
+        self.route_state[session.name] = state = RouteState()
+        updates = switch_program(session.schema, self.topo, self.plan, session.name, routes, self.int_sample_log2,
+                                 state)
         await session.write(updates)
         return len(updates)
 
     async def start(self) -> None:
-        routes = compute_routes(self.topo, self.plan)
+        routes = self._routes(self.down)
         names = [s.name for s in self.topo.switches]
         for name in names:
             self.sessions[name] = self._session(name)
@@ -110,8 +125,79 @@ class Controller:
     def _packet_in_handlers(self) -> dict[int, Callable[[str, p4r.PacketIn], object]]:
         """PacketIn dispatch by packet_in.reason (wire/cpu.py): one table, one place to add a reason."""
         return {REASON_INT_REPORT: lambda name, packet: self.collector.feed(packet.payload),
-                REASON_PROBE: lambda name, packet: log.debug("%s: probe from port %s", name,
-                                                             self.sessions[name].packet_in_fields(packet))}
+                REASON_PROBE: self._on_probe}
+
+    def _on_probe(self, name: str, packet: p4r.PacketIn) -> None:
+        probe = parse_probe(packet.payload, self.device_names)
+        if probe is None or self.monitor is None:
+            log.debug("%s: a probe that is not ours", name)
+            return
+        port = self.sessions[name].packet_in_fields(packet).get("ingress_port", 0)
+        self.monitor.received(probe[0], (name, port), probe[1])
+
+    async def _probe(self) -> None:
+        """Every probe_s a probe out of every fabric port; the monitor's changes re-route the fabric."""
+        loop = asyncio.get_running_loop()
+        self.monitor = monitor = LinkMonitor(self.topo, loop.time(), self.probe_s, self.probe_misses,
+                                             self.hold_down_s)
+        ends = monitor.ends()
+        while not self.stopping.is_set():
+            sent = loop.time()  # the probe carries it: a late one still tells when the link carried it
+            for switch, port in ends:
+                session = self.sessions[switch]
+                if session.is_primary.is_set():
+                    await session.packet_out(probe_frame(self.plan, switch, port, sent), port)
+            await asyncio.sleep(self.probe_s)
+            changes = monitor.tick(loop.time())
+            if changes:
+                await self._reroute(changes)
+
+    def _routes(self, down: set[frozenset[str]]) -> dict[str, list[Route]]:
+        """Routes over the links that are up; a destination a switch could reach only over links
+        declared down keeps its full route: probes can be lost on a busy machine, and withdrawing
+        the last path would drop what a live link still carries (a real partition drops it anyway)."""
+        routes = compute_routes(self.topo, self.plan, down)
+        if not down:
+            return routes
+        full = compute_routes(self.topo, self.plan)
+        for name, kept in routes.items():
+            reachable = {r.prefix for r in kept}
+            kept.extend(r for r in full[name] if r.prefix not in reachable)
+        return routes
+
+    async def _reroute(self, changes: list[Change]) -> None:
+        """Routes for the links that are up, written as changes only; the advice re-planned for
+        the capacity that is left; one timeline row per changed link (links.csv)."""
+        detected = time.time()
+        assert self.monitor is not None
+        self.down = self.monitor.down()
+        routes = self._routes(self.down)
+        writes = {name: route_updates(self.sessions[name].schema, routes[name], self.route_state[name])
+                  for name in self.sessions if name in self.route_state}
+        results = await asyncio.gather(*(self.sessions[n].write(u) for n, u in writes.items() if u),
+                                       return_exceptions=True)
+        for error in results:
+            if isinstance(error, BaseException):
+                log.error("re-route: a write failed: %s", error)
+        written = time.time()
+        steps = self.advice.steps
+        for change in changes:
+            self.advice.set_links(list(change.ends), change.up)
+        decided = None
+        if self.advice.mode == "advice":
+            deadline = time.monotonic() + 1.0
+            while self.advice.steps == steps and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            decided = time.time() if self.advice.steps != steps else None
+        count = sum(len(u) for u in writes.values())
+        for change in changes:
+            link = "-".join(sorted(change.link))
+            state = "up" if change.up else "down"
+            log.warning("link %s %s: detected, %d route updates written in %.1f ms", link, state, count,
+                        (written - detected) * 1e3)
+            self.timeline.write(f"{time.time():.6f},{link},{state},{detected:.6f},{(written - detected) * 1e3:.2f},"
+                                f"{count},{'' if decided is None else f'{(decided - detected) * 1e3:.2f}'}\n")
+        self.timeline.flush()
 
     async def _watch(self, name: str) -> None:
         """Dispatch the switch's PacketIns; when its session is lost, reconnect and reprogram."""
@@ -148,7 +234,7 @@ class Controller:
             self.sessions[name] = fresh
             try:
                 await fresh.connect(timeout_s=2.0)
-                await self.program(fresh, compute_routes(self.topo, self.plan)[name])
+                await self.program(fresh, self._routes(self.down)[name])
                 log.info("%s: reconnected and reprogrammed", name)
                 return
             except (SwitchError, grpc.aio.AioRpcError, OSError) as exc:
@@ -175,6 +261,8 @@ class Controller:
         watchers = [asyncio.create_task(self._watch(n)) for n in self.sessions]
         watchers.append(asyncio.create_task(self._age_telemetry()))
         watchers.append(asyncio.create_task(self.advice.run(self.stopping)))
+        if self.probe_s > 0:
+            watchers.append(asyncio.create_task(self._probe()))
         if self.loop_lag is not None:
             watchers.append(asyncio.create_task(watch_loop_lag(self.loop_lag, self.stopping)))
         await self.stopping.wait()
@@ -185,6 +273,7 @@ class Controller:
         await server.stop(0.5)
         self.collector.close()
         self.advice.close()
+        self.timeline.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,14 +287,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-ms", type=float, default=1.0, help="advice loop period (ms)")
     parser.add_argument("--eta", type=float, default=0.95, help="target utilisation of every link")
     parser.add_argument("--drain-ms", type=float, default=100.0, help="horizon to drain a standing queue (ms)")
+    parser.add_argument("--probe-ms", type=float, default=10.0,
+                        help="link probe period on every fabric port (ms; 0 = no probes, no failure detection)")
+    parser.add_argument("--probe-misses", type=int, default=5, help="probe periods without one: the link is down")
+    parser.add_argument("--hold-down-ms", type=float, default=500.0,
+                        help="a failed link returns to service after probes crossed it this long without a miss")
     parser.add_argument("--fidelity-file", type=Path,
                         help="append event-loop lag and BMv2 switches' lateness (from INT) per 100 ms window here")
     args = parser.parse_args(argv)
     logging.basicConfig(filename=args.run_dir / "controller.log", level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sample = None if args.int_sample_log2 < 0 else args.int_sample_log2
+    if args.probe_ms < 0 or args.probe_misses < 1 or args.hold_down_ms < 0:
+        parser.error("--probe-ms and --hold-down-ms must be >= 0, --probe-misses >= 1")
     controller = Controller(args.run_dir, P4Schema.load(args.p4info), sample, args.mode, args.interval_ms / 1000,
-                            args.eta, args.drain_ms / 1000, args.fidelity_file)
+                            args.eta, args.drain_ms / 1000, args.fidelity_file, args.probe_ms / 1000,
+                            args.probe_misses, args.hold_down_ms / 1000)
     if args.fidelity_file:
         controller.loop_lag = FidelityWindows(args.fidelity_file, "controller", "loop")
 

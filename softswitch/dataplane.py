@@ -251,7 +251,7 @@ class DataPlane:
             if queue is None:
                 log.warning("packet-out to unknown port %d dropped", port)
                 continue
-            queue.enqueue(frame, now)
+            queue.enqueue_control(frame, now)
             if queue.queue:
                 busy.add(port)
 

@@ -108,6 +108,15 @@ class EgressQueue:
             self.max_qdepth = 1
         return 0
 
+    def enqueue_control(self, frame: bytes, now: float) -> None:
+        """A frame from the controller (packet-out: link probes): ahead of the data and never
+        tail-dropped, as a switch's strict-priority control queue sends it. A probe queued behind
+        64 data frames, or dropped with them, would make a congested link look like a failed one."""
+        if self.queue:
+            self.queue.appendleft(frame)
+        else:
+            self.enqueue(frame, now)
+
     def _transmit(self, frame: bytes | bytearray | IntPending, now: float) -> bool:
         if frame.__class__ is IntPending:
             if self.int_egress is None:

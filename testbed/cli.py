@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -275,6 +276,56 @@ class StarNetCLI(CLI):
             self.stdout.write(f"flows: {exc}\n")
             return
         self._launch(background_job(f"flows{len(self.jobs) + 1}", flows, view, "background", options.get("cc")), bg)
+
+    def do_fail(self, line: str) -> None:
+        """fail A B | fail SWITCH: take the link A-B down (both ends, a cut cable), or every link of
+        SWITCH; then the controller's detection and re-route as it logs them (links.csv)."""
+        self._set_links(line, up=False)
+
+    def do_restore(self, line: str) -> None:
+        """restore A B | restore SWITCH: bring the link(s) back; the controller returns them to service
+        after its hold-down."""
+        self._set_links(line, up=True)
+
+    def _set_links(self, line: str, up: bool) -> None:
+        from topologies import TopologyError
+
+        words = line.split()
+        topo = self.tb.topo
+        try:
+            if len(words) == 2:
+                pairs = [(words[0], words[1])]
+            elif len(words) == 1 and topo.is_switch(words[0]):
+                pairs = [(words[0], other) for other, _ in topo.neighbours(words[0])]
+            else:
+                raise TopologyError("give two ends of a link (fail s3 s1) or one switch (fail s3)")
+            times = [(a, b, self.tb.set_link(a, b, up)) for a, b in pairs]
+        except TopologyError as exc:
+            self.stdout.write(f"{'restore' if up else 'fail'}: {exc}\n")
+            return
+        state = "up" if up else "down"
+        for a, b, at in times:
+            self.stdout.write(f"link {a}-{b} {state} at {time.strftime('%H:%M:%S', time.localtime(at))}"
+                              f".{int(at * 1000) % 1000:03d}\n")
+        fabric = {"-".join(sorted((a, b))): at for a, b, at in times if topo.is_switch(a) and topo.is_switch(b)}
+        if not fabric:
+            return  # a host link: no probes cross it; the switch's port watch moves its traffic
+        deadline = time.monotonic() + 2.0 + (0.0 if not up else 1.0)
+        seen: set[str] = set()
+        while time.monotonic() < deadline and len(seen) < len(fabric):
+            for row in self.tb.links_timeline():
+                link = row["link"]
+                detected = float(row["detected_wall"])
+                if link not in fabric or link in seen or row["state"] != state or detected < fabric[link]:
+                    continue
+                seen.add(link)
+                advice = f", advice re-planned after {row['advice_decided_ms']} ms" if row["advice_decided_ms"] else ""
+                self.stdout.write(f"  controller: {link} {state} detected {1e3 * (detected - fabric[link]):.0f} ms "
+                                  f"after, {row['route_updates']} route updates written in "
+                                  f"{row['routes_written_ms']} ms{advice}\n")
+            time.sleep(0.05)
+        for link in sorted(set(fabric) - seen):
+            self.stdout.write(f"  controller: no {state} for {link} in its timeline yet (links.csv)\n")
 
     def do_scenario(self, line: str) -> None:
         """scenario FILE [modes=none,advice]: run a scenario file's jobs and faults on this testbed, once per

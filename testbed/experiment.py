@@ -271,8 +271,8 @@ def _apply_faults(tb: Testbed, faults: list[Fault], start: float, applied: list[
     for fault in sorted(faults, key=lambda f: f.at_s):
         time.sleep(max(0.0, start + fault.at_s - time.monotonic()))
         a, b = fault.link
-        tb.net.configLinkStatus(a, b, "down" if fault.kind == "link_down" else "up")
-        applied.append({"at_s": fault.at_s, "kind": fault.kind, "link": [a, b], "time": tb.now()})
+        at = tb.set_link(a, b, up=fault.kind == "link_up")
+        applied.append({"at_s": fault.at_s, "kind": fault.kind, "link": [a, b], "time": at})
         progress(f"fault: {fault.kind} {a}-{b} at {fault.at_s:g} s")
 
 

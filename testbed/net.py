@@ -8,6 +8,7 @@ Everything started is recorded in the run directory so `make clean` can end it i
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -283,6 +284,21 @@ class Testbed:
         """Fidelity of wall-clock [t0, t1) on `switches` (default: all), from fidelity.csv."""
         sampled = [name for name, sw in self.switches.items() if sw.kind != "soft"]
         return fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0, sampled)
+
+    def set_link(self, a: str, b: str, up: bool) -> float:
+        """Take the link a–b down (both ends, as a cut cable) or up again; returns the wall time."""
+        assert self.net is not None
+        self.topo.find_link(a, b)  # TopologyError naming both ends when there is no such link
+        self.net.configLinkStatus(a, b, "up" if up else "down")
+        return self.now()
+
+    def links_timeline(self) -> list[dict]:
+        """The controller's link timeline (links.csv): one row per link that failed or came back."""
+        path = self.run_dir / "links.csv"
+        if not path.exists():
+            return []
+        with path.open() as f:
+            return list(csv.DictReader(f))
 
     def set_mode(self, mode: str, timeout_s: float = 5.0) -> None:
         """Switch the control mode (the controller's SetMode) and wait until every host agent has

@@ -1,0 +1,134 @@
+"""Link liveness from probes: the controller sends a probe out of every fabric port (packet-out)
+every `period_s`, stamped with its send time; the switch at the other end punts it (EtherType
+0x88B5, reason PROBE) and the controller learns that direction of the link carried it.
+
+A probe's way is long — the controller's stream, the sending switch, the link, the receiving
+switch's punt path, its stream, the controller's event loop — and on a busy machine any of them
+can stall for tens of milliseconds. So a direction A→B counts as failed only on evidence that the
+link, not the way, lost it: B has since received probes sent more than `misses` periods later over
+its other links (its punt path works), and A's probes sent that much later have reached other
+switches (its send path works). Without that evidence (a switch with one fabric link, or a whole
+switch gone quiet) a direction is failed after `stall_s` of silence. A link is down when a
+direction failed, and back up when both directions have carried probes without a gap of `misses`
+periods for `hold_down_s`. Pure logic, fed with times: the controller drives it
+(controller/app.py) and the tests drive it with a clock.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+
+from topologies.addressing import AddressPlan
+from topologies.spec import Topology
+from wire.cpu import ETHERTYPE_PROBE
+
+_PROBE = struct.Struct("!6s6sHIHd")  # dst MAC, src MAC, EtherType, origin device id, origin port, sent at
+PROBE_BYTES = 60  # padded to Ethernet's minimum frame
+BROADCAST = b"\xff" * 6
+
+End = tuple[str, int]  # (switch, port)
+
+
+def probe_frame(plan: AddressPlan, switch: str, port: int, sent: float) -> bytes:
+    mac = bytes.fromhex(plan.mac_of(switch, port).replace(":", ""))
+    return _PROBE.pack(BROADCAST, mac, ETHERTYPE_PROBE, plan.switches[switch].device_id, port, sent).ljust(
+        PROBE_BYTES, b"\0")
+
+
+def parse_probe(frame: bytes, switch_of_device: dict[int, str]) -> tuple[End, float] | None:
+    """((origin switch, origin port), send time) of a probe frame; None if it is not one of ours."""
+    if len(frame) < _PROBE.size:
+        return None
+    _dst, _src, ethertype, device, port, sent = _PROBE.unpack_from(frame)
+    if ethertype != ETHERTYPE_PROBE or device not in switch_of_device:
+        return None
+    return (switch_of_device[device], port), sent
+
+
+@dataclass
+class LinkState:
+    a: End
+    b: End
+    up: bool = True
+    last_seen: dict[End, float] = field(default_factory=dict)  # sending end → send time of its last probe through
+    good_since: float | None = None  # while down: when probes started to flow again in both directions
+    down_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Change:
+    link: frozenset[str]  # the two switches
+    ends: tuple[End, End]
+    up: bool
+    at: float
+
+
+class LinkMonitor:
+    def __init__(self, topo: Topology, now: float, period_s: float = 0.010, misses: int = 5,
+                 hold_down_s: float = 0.5, stall_s: float = 2.0) -> None:
+        self.period_s, self.misses, self.hold_down_s, self.stall_s = period_s, misses, hold_down_s, stall_s
+        self.links: dict[frozenset[End], LinkState] = {}
+        self.by_end: dict[End, LinkState] = {}
+        for link in topo.links:
+            if topo.is_switch(link.a) and topo.is_switch(link.b):
+                a, b = (link.a, link.a_port), (link.b, link.b_port)
+                state = LinkState(a, b, last_seen={a: now, b: now})
+                self.links[frozenset((a, b))] = state
+                self.by_end[a] = self.by_end[b] = state
+        self.last_tick = now
+        self.newest_into: dict[str, float] = {}  # switch → send time of the newest probe it received
+        self.newest_from: dict[str, float] = {}  # switch → send time of its newest probe received anywhere
+
+    def ends(self) -> list[End]:
+        """Every fabric port a probe is sent from."""
+        return sorted(self.by_end)
+
+    def received(self, origin: End, at: End, sent: float) -> None:
+        state = self.by_end.get(origin)
+        if state is None or at not in (state.a, state.b) or at == origin:
+            return  # not a fabric link end we know, or wired differently than the topology says
+        state.last_seen[origin] = max(state.last_seen[origin], sent)
+        self.newest_into[at[0]] = max(self.newest_into.get(at[0], sent), sent)
+        self.newest_from[origin[0]] = max(self.newest_from.get(origin[0], sent), sent)
+
+    def _failed(self, origin: End, state: LinkState, now: float, limit: float) -> bool:
+        """Whether the direction from `origin` lost its probes on the link (see the module's doc)."""
+        seen = state.last_seen[origin]
+        receiver = state.b[0] if origin == state.a else state.a[0]
+        if self.newest_into.get(receiver, -math.inf) - seen > limit and \
+                self.newest_from.get(origin[0], -math.inf) - seen > limit:
+            return True
+        return now - seen > self.stall_s
+
+    def tick(self, now: float) -> list[Change]:
+        """Links that changed state by `now`."""
+        lag = now - self.last_tick - self.period_s
+        self.last_tick = now
+        if lag > self.period_s:  # the controller did not look for `lag`: give every direction that time
+            for state in self.links.values():
+                for end in state.last_seen:
+                    state.last_seen[end] += lag
+        limit = self.misses * self.period_s
+        changes = []
+        for state in self.links.values():
+            failed = self._failed(state.a, state, now, limit) or self._failed(state.b, state, now, limit)
+            if state.up and failed:
+                state.up = False
+                state.good_since = None
+                state.down_at = now
+                changes.append(Change(frozenset((state.a[0], state.b[0])), (state.a, state.b), False, now))
+            elif not state.up:
+                if failed or min(state.last_seen.values()) <= state.down_at:  # not yet both ways again
+                    state.good_since = None
+                elif state.good_since is None:
+                    state.good_since = now
+                elif now - state.good_since >= self.hold_down_s:
+                    state.up = True
+                    changes.append(Change(frozenset((state.a[0], state.b[0])), (state.a, state.b), True, now))
+        return changes
+
+    def down(self) -> set[frozenset[str]]:
+        """The failed links, as controller/routing.py takes them."""
+        return {frozenset((s.a[0], s.b[0])) for s in self.links.values() if not s.up}

@@ -1,0 +1,108 @@
+"""Link liveness from probes (controller/links.py) and the re-route's route diff (controller/program.py)."""
+
+from __future__ import annotations
+
+from controller.links import LinkMonitor, parse_probe, probe_frame
+from controller.program import RouteState, route_updates
+from controller.routing import compute_routes
+from topologies import leafspine
+from topologies.addressing import AddressPlan
+from wire.p4info import P4Schema
+from wire.proto import p4r
+
+TOPO = leafspine()
+PLAN = AddressPlan(TOPO)
+PERIOD = 0.010
+
+
+def feed(monitor: LinkMonitor, t: float, skip: set[tuple[str, int]] = frozenset(), into: set[str] = frozenset()
+         ) -> list:
+    """One probe period at time t: every fabric end's probe (sent at t) arrives at its neighbour,
+    unless its origin is in `skip` or its receiving switch is in `into`."""
+    for state in monitor.links.values():
+        for origin, at in ((state.a, state.b), (state.b, state.a)):
+            if origin not in skip and at[0] not in into:
+                monitor.received(origin, at, t)
+    return monitor.tick(t)
+
+
+def test_probe_frames_name_their_origin():
+    names = {PLAN.switches[s.name].device_id: s.name for s in TOPO.switches}
+    assert parse_probe(probe_frame(PLAN, "s3", 5, 7.25), names) == (("s3", 5), 7.25)
+    assert parse_probe(probe_frame(PLAN, "s3", 5, 7.25), {}) is None  # a device we do not know
+    assert parse_probe(b"\x00" * 10, names) is None
+
+
+def test_a_silent_direction_takes_the_link_down_after_the_misses_then_back_after_the_hold_down():
+    monitor = LinkMonitor(TOPO, 0.0, PERIOD, misses=3, hold_down_s=0.1)
+    end = monitor.ends()[0]
+    t = 0.0
+    for _ in range(20):
+        t += PERIOD
+        assert feed(monitor, t) == []
+    changes = []
+    for _ in range(5):  # 50 ms of silence from one end
+        t += PERIOD
+        changes += feed(monitor, t, skip={end})
+    assert [(c.up, end in c.ends) for c in changes] == [(False, True)]
+    assert monitor.down() == {changes[0].link}
+    # probes again: up only once they have flowed for the hold-down, and a gap restarts it
+    for _ in range(6):
+        t += PERIOD
+        assert feed(monitor, t) == []
+    for _ in range(4):
+        t += PERIOD
+        assert feed(monitor, t, skip={end}) == []
+    back = []
+    for _ in range(15):
+        t += PERIOD
+        back += feed(monitor, t)
+    assert [c.up for c in back] == [True] and monitor.down() == set()
+
+
+def test_a_switch_that_hears_nothing_is_a_stall_until_stall_s_not_a_failure_of_its_links():
+    monitor = LinkMonitor(TOPO, 0.0, PERIOD, misses=3, stall_s=0.5)
+    t = 0.0
+    for _ in range(10):
+        t += PERIOD
+        assert feed(monitor, t) == []
+    for _ in range(40):  # 400 ms: s3 punts nothing (its probes out still arrive elsewhere)
+        t += PERIOD
+        assert feed(monitor, t, into={"s3"}) == []
+    changes = []
+    for _ in range(15):
+        t += PERIOD
+        changes += feed(monitor, t, into={"s3"})
+    assert sorted(c.link for c in changes) == sorted([frozenset(("s3", "s1")), frozenset(("s3", "s2"))])
+
+
+def test_a_stalled_controller_does_not_take_its_own_stall_for_failed_links():
+    monitor = LinkMonitor(TOPO, 0.0, PERIOD)
+    assert feed(monitor, PERIOD) == []
+    assert monitor.tick(PERIOD + 0.3) == []  # 300 ms without looking: nothing could be counted
+    assert feed(monitor, PERIOD + 0.31) == []
+
+
+def _lpm_targets(updates: list[p4r.Update]) -> list[tuple[int, str]]:
+    out = []
+    for u in updates:
+        if u.entity.WhichOneof("entity") == "table_entry":
+            out.append((u.type, u.entity.table_entry.action.WhichOneof("type") or ""))
+    return out
+
+
+def test_a_reroute_writes_only_the_routes_that_change_and_a_restore_writes_them_back():
+    schema = P4Schema.load()
+    state = RouteState()
+    full = route_updates(schema, compute_routes(TOPO, PLAN)["s3"], state)
+    assert len(full) > 8 and all(u.type == p4r.Update.INSERT for u in full)
+    assert route_updates(schema, compute_routes(TOPO, PLAN)["s3"], state) == []  # nothing changed
+    down = {frozenset(("s3", "s1"))}
+    reroute = route_updates(schema, compute_routes(TOPO, PLAN, down)["s3"], state)
+    lpm = _lpm_targets(reroute)
+    # s3's routes to s4's four hosts leave their two-spine group for the one member left
+    assert lpm == [(p4r.Update.MODIFY, "action_profile_member_id")] * 4, lpm
+    assert all(u.type != p4r.Update.DELETE for u in reroute)
+    restore = route_updates(schema, compute_routes(TOPO, PLAN)["s3"], state)
+    assert _lpm_targets(restore) == [(p4r.Update.MODIFY, "action_profile_group_id")] * 4
+    assert all(u.entity.WhichOneof("entity") == "table_entry" for u in restore)  # the group was kept
