@@ -49,7 +49,7 @@ RECONNECT_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 class Controller:
     def __init__(self, run_dir: Path, schema: P4Schema, int_sample_log2: int | None = INT_SAMPLE_LOG2,
                  mode: str = "none", interval_s: float = 0.001, eta: float = 0.95, drain_s: float = 0.1,
-                 fidelity_file: Path | None = None, probe_s: float = 0.010, probe_misses: int = 5,
+                 fidelity_file: Path | None = None, probe_s: float = 0.050, probe_misses: int = 4,
                  hold_down_s: float = 0.5) -> None:
         """int_sample_log2: INT starts on 1 in 2^N packets of each host flow (None = no INT);
         mode: none | ecn | advice; interval_s: advice loop period; eta: target utilisation;
@@ -287,9 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-ms", type=float, default=1.0, help="advice loop period (ms)")
     parser.add_argument("--eta", type=float, default=0.95, help="target utilisation of every link")
     parser.add_argument("--drain-ms", type=float, default=100.0, help="horizon to drain a standing queue (ms)")
-    parser.add_argument("--probe-ms", type=float, default=10.0,
+    parser.add_argument("--probe-ms", type=float, default=50.0,
                         help="link probe period on every fabric port (ms; 0 = no probes, no failure detection)")
-    parser.add_argument("--probe-misses", type=int, default=5, help="probe periods without one: the link is down")
+    parser.add_argument("--probe-misses", type=int, default=4, help="probe periods without one: the link is down")
     parser.add_argument("--hold-down-ms", type=float, default=500.0,
                         help="a failed link returns to service after probes crossed it this long without a miss")
     parser.add_argument("--fidelity-file", type=Path,

@@ -66,7 +66,7 @@ class Change:
 
 
 class LinkMonitor:
-    def __init__(self, topo: Topology, now: float, period_s: float = 0.010, misses: int = 5,
+    def __init__(self, topo: Topology, now: float, period_s: float = 0.050, misses: int = 4,
                  hold_down_s: float = 0.5, stall_s: float = 2.0) -> None:
         self.period_s, self.misses, self.hold_down_s, self.stall_s = period_s, misses, hold_down_s, stall_s
         self.links: dict[frozenset[End], LinkState] = {}
