@@ -28,6 +28,7 @@ field of the first problem (``jobs[1].hosts: no host 'h99' in leafspine-2x2x4``)
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,9 +215,8 @@ class _Reader:
             name = d["name"]
             if name not in GENERATORS:
                 raise self.fail("topology.name", f"{name!r} is not one of {', '.join(GENERATORS)}")
-            args = self.mapping(d.get("args", {}), "topology.args",
-                                set(GENERATORS[name].__code__.co_varnames[:GENERATORS[name].__code__.co_argcount])
-                                - {"capacity_mbps", "queue_pkts"})
+            shape = set(inspect.signature(GENERATORS[name]).parameters) - {"capacity_mbps", "queue_pkts"}
+            args = self.mapping(d.get("args", {}), "topology.args", shape)
             kwargs: dict[str, float] = {k: int(self.number(v, f"topology.args.{k}", 1, 64, integer=True))
                                         for k, v in args.items()}
             if "capacity_mbps" in d:
