@@ -75,6 +75,7 @@ bench: deps
 	$(PY) bench/allreduce_busbw.py
 	$(PY) bench/incast_fidelity.py
 	$(PY) bench/p4rt_soak.py
+	$(PY) bench/failover.py
 
 # ruff, and mypy on the packages (untyped defs refused; config in pyproject.toml). Part of `make test`.
 lint: deps

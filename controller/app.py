@@ -7,8 +7,9 @@ p4c output: BMv2 JSON and its P4Info) from the run directory, pushes the pipelin
 port_role, port_config, int_sink (host-facing ports), int_node, the INT report clone session,
 ECMP members/groups (watch ports on every member) and ipv4_lpm routes, then writes
 ``controller.ready``. A switch whose session drops is reconnected and reprogrammed. Every fabric
-link is probed (controller/links.py); a link that fails or comes back re-routes the fabric (only
-the route entries that change are written) and re-plans the advice, logged in ``links.csv``.
+link is watched by its ports' carrier (controller/portstatus.py) and probed (controller/links.py); a
+link that fails or comes back re-routes the fabric (only the route entries that change are written)
+and re-plans the advice, logged in ``links.csv``.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ import grpc
 
 from controller.advice import MODES, AdviceLoop
 from controller.advisor import AdvisorParams
+from controller.faults import LinkLoss
 from controller.links import Change, LinkMonitor, parse_probe, probe_frame
 from controller.p4rt_client import SwitchError, SwitchSession
+from controller.portstatus import watch_ports
 from controller.program import INT_SAMPLE_LOG2, RouteState, route_updates, switch_program
 from controller.routing import Route, compute_routes
 from controller.service import start_server
@@ -76,6 +79,9 @@ class Controller:
         self.monitor: LinkMonitor | None = None
         self.down: set[frozenset[str]] = set()  # failed links (controller/routing.py's form)
         self.route_state: dict[str, RouteState] = {}
+        self._reroute_lock = asyncio.Lock()
+        self.loss = LinkLoss(self.topo)
+        self._pending: set[asyncio.Task] = set()  # re-routes started by port events
         self.device_names = {self.plan.switches[s.name].device_id: s.name for s in self.topo.switches}
         self.timeline = (run_dir / "links.csv").open("a")
         if self.timeline.tell() == 0:
@@ -108,6 +114,7 @@ class Controller:
         self.route_state[session.name] = state = RouteState()
         updates = switch_program(session.schema, self.topo, self.plan, session.name, routes, self.int_sample_log2,
                                  state)
+        updates += self.loss.restore(session.schema, session.name)
         await session.write(updates)
         return len(updates)
 
@@ -135,11 +142,9 @@ class Controller:
         port = self.sessions[name].packet_in_fields(packet).get("ingress_port", 0)
         self.monitor.received(probe[0], (name, port), probe[1])
 
-    async def _probe(self) -> None:
+    async def _probe(self, monitor: LinkMonitor) -> None:
         """Every probe_s a probe out of every fabric port; the monitor's changes re-route the fabric."""
         loop = asyncio.get_running_loop()
-        self.monitor = monitor = LinkMonitor(self.topo, loop.time(), self.probe_s, self.probe_misses,
-                                             self.hold_down_s)
         ends = monitor.ends()
         while not self.stopping.is_set():
             sent = loop.time()  # the probe carries it: a late one still tells when the link carried it
@@ -151,6 +156,37 @@ class Controller:
             changes = monitor.tick(loop.time())
             if changes:
                 await self._reroute(changes)
+
+    async def set_link_loss(self, sender: str, receiver: str, percent: float) -> float:
+        """Frame loss on the link sender → receiver (controller/faults.py); the loss as installed."""
+        self.loss.where(sender, receiver)  # FaultError naming the field before anything is looked up
+        before = dict(self.loss.steps)
+        installed, updates = self.loss.set(self.sessions[receiver].schema, sender, receiver, percent)
+        try:
+            await self.sessions[receiver].write(updates)
+        except SwitchError:
+            self.loss.steps = before
+            raise
+        log.warning("link %s -> %s: %.2f%% of frames lost (injected)", sender, receiver, installed)
+        return installed
+
+    async def _watch_carriers(self, monitor: LinkMonitor) -> None:
+        """Fabric ports' carrier (netlink): a lost one re-routes at once, before any probe is missed."""
+        ports = {iface: (name, int(port)) for name, info in self.switch_info.items()
+                 for port, iface in info.get("ports", {}).items()}
+        loop = asyncio.get_running_loop()
+
+        def changed(end: tuple[str, int], up: bool) -> None:
+            changes = monitor.port_status(end, up, loop.time())
+            if changes:
+                task = loop.create_task(self._reroute(changes))
+                self._pending.add(task)
+                task.add_done_callback(self._pending.discard)
+
+        try:
+            await watch_ports(ports, changed, self.stopping)
+        except OSError as exc:  # no netlink here: probes alone find failures
+            log.error("port status unavailable (%s): link failures are found by probes only", exc)
 
     def _routes(self, down: set[frozenset[str]]) -> dict[str, list[Route]]:
         """Routes over the links that are up; a destination a switch could reach only over links
@@ -167,8 +203,13 @@ class Controller:
 
     async def _reroute(self, changes: list[Change]) -> None:
         """Routes for the links that are up, written as changes only; the advice re-planned for
-        the capacity that is left; one timeline row per changed link (links.csv)."""
+        the capacity that is left; one timeline row per changed link (links.csv). One at a time:
+        each writes the difference from the routes its predecessor left."""
         detected = time.time()
+        async with self._reroute_lock:
+            await self._reroute_locked(changes, detected)
+
+    async def _reroute_locked(self, changes: list[Change], detected: float) -> None:
         assert self.monitor is not None
         self.down = self.monitor.down()
         routes = self._routes(self.down)
@@ -256,16 +297,20 @@ class Controller:
                 self.collector.flush()
 
     async def run(self) -> None:
-        server = await start_server(self.run_dir, self.collector, self.advice)
+        server = await start_server(self.run_dir, self.collector, self.advice, self)
         await self.start()
         watchers = [asyncio.create_task(self._watch(n)) for n in self.sessions]
         watchers.append(asyncio.create_task(self._age_telemetry()))
         watchers.append(asyncio.create_task(self.advice.run(self.stopping)))
         if self.probe_s > 0:
-            watchers.append(asyncio.create_task(self._probe()))
+            self.monitor = LinkMonitor(self.topo, asyncio.get_running_loop().time(), self.probe_s,
+                                       self.probe_misses, self.hold_down_s)
+            watchers.append(asyncio.create_task(self._probe(self.monitor)))
+            watchers.append(asyncio.create_task(self._watch_carriers(self.monitor)))
         if self.loop_lag is not None:
             watchers.append(asyncio.create_task(watch_loop_lag(self.loop_lag, self.stopping)))
         await self.stopping.wait()
+        watchers += self._pending
         for task in watchers:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)

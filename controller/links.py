@@ -10,8 +10,14 @@ its other links (its punt path works), and A's probes sent that much later have 
 switches (its send path works). Without that evidence (a switch with one fabric link, or a whole
 switch gone quiet) a direction is failed after `stall_s` of silence. A link is down when a
 direction failed, and back up when both directions have carried probes without a gap of `misses`
-periods for `hold_down_s`. Pure logic, fed with times: the controller drives it
-(controller/app.py) and the tests drive it with a clock.
+periods for `hold_down_s`.
+
+Port status comes first where there is one: a fabric port whose carrier is lost (either end of
+the link; controller/portstatus.py watches them) fails its link at once, without waiting for
+probes; it cannot return before its ports are up and probes have flowed for the hold-down. Probes
+remain the only witness of what port status cannot see: a direction that loses frames with its
+carrier up. Pure logic, fed with times: the controller drives it (controller/app.py) and the tests
+drive it with a clock.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ class LinkState:
     last_seen: dict[End, float] = field(default_factory=dict)  # sending end → send time of its last probe through
     good_since: float | None = None  # while down: when probes started to flow again in both directions
     down_at: float = 0.0
+    carrier_lost: set[End] = field(default_factory=set)  # ends whose port reports no carrier
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,26 @@ class LinkMonitor:
         self.newest_into[at[0]] = max(self.newest_into.get(at[0], sent), sent)
         self.newest_from[origin[0]] = max(self.newest_from.get(origin[0], sent), sent)
 
+    def port_status(self, end: End, up: bool, now: float) -> list[Change]:
+        """A fabric port's carrier came or went (netlink oper-status); a lost one fails its link now."""
+        state = self.by_end.get(end)
+        if state is None:
+            return []
+        if up:
+            state.carrier_lost.discard(end)
+            return []
+        state.carrier_lost.add(end)
+        return self._fail(state, now)
+
+    def _fail(self, state: LinkState, now: float) -> list[Change]:
+        if not state.up:
+            state.good_since = None
+            return []
+        state.up = False
+        state.good_since = None
+        state.down_at = now
+        return [Change(frozenset((state.a[0], state.b[0])), (state.a, state.b), False, now)]
+
     def _failed(self, origin: End, state: LinkState, now: float, limit: float) -> bool:
         """Whether the direction from `origin` lost its probes on the link (see the module's doc)."""
         seen = state.last_seen[origin]
@@ -113,12 +140,10 @@ class LinkMonitor:
         limit = self.misses * self.period_s
         changes = []
         for state in self.links.values():
-            failed = self._failed(state.a, state, now, limit) or self._failed(state.b, state, now, limit)
+            failed = bool(state.carrier_lost) or self._failed(state.a, state, now, limit) or \
+                self._failed(state.b, state, now, limit)
             if state.up and failed:
-                state.up = False
-                state.good_since = None
-                state.down_at = now
-                changes.append(Change(frozenset((state.a[0], state.b[0])), (state.a, state.b), False, now))
+                changes += self._fail(state, now)
             elif not state.up:
                 if failed or min(state.last_seen.values()) <= state.down_at:  # not yet both ways again
                     state.good_since = None

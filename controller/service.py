@@ -5,17 +5,23 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
 from controller.advice import AdviceError, AdviceLoop
+from controller.faults import FaultError
+from controller.p4rt_client import SwitchError
 from controller.telemetry import Collector
 from wire import advice_pb2 as pb
 from wire import advice_pb2_grpc as pb_grpc
 
 SOCKET_NAME = "controller.sock"
 T = TypeVar("T")
+
+
+class Faults(Protocol):
+    async def set_link_loss(self, sender: str, receiver: str, percent: float) -> float: ...
 
 
 def state_message(collector: Collector, request: pb.GetStateRequest, now: float | None = None) -> pb.State:
@@ -46,9 +52,10 @@ def state_message(collector: Collector, request: pb.GetStateRequest, now: float 
 class AdviceService(pb_grpc.AdviceServicer):
     """gRPC method names are the proto's (N802)."""
 
-    def __init__(self, collector: Collector, loop: AdviceLoop) -> None:
+    def __init__(self, collector: Collector, loop: AdviceLoop, faults: Faults | None = None) -> None:
         self.collector = collector
         self.loop = loop
+        self.faults = faults
 
     async def Register(self, request: pb.HostInfo, context: grpc.aio.ServicerContext) -> pb.RegisterReply:  # noqa: N802
         await self._call(context, self.loop.register, request.name, request.ip)
@@ -93,6 +100,19 @@ class AdviceService(pb_grpc.AdviceServicer):
         await self._call(context, self.loop.set_mode, request.mode)
         return pb.ModeReply(mode=self.loop.mode)
 
+    async def SetLinkLoss(self, request: pb.LinkLossRequest,  # noqa: N802
+                          context: grpc.aio.ServicerContext) -> pb.LinkLossReply:
+        if self.faults is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this controller injects no faults")
+        assert self.faults is not None
+        try:
+            percent = await self.faults.set_link_loss(request.sender, request.receiver, request.percent)
+        except FaultError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except SwitchError as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        return pb.LinkLossReply(percent=percent)
+
     @staticmethod
     async def _call(context: grpc.aio.ServicerContext, method: Callable[..., T], *args: Any) -> T:
         try:
@@ -104,12 +124,13 @@ class AdviceService(pb_grpc.AdviceServicer):
 UNIX_PATH_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
 
 
-async def start_server(run_dir: Path, collector: Collector, loop: AdviceLoop) -> grpc.aio.Server:
+async def start_server(run_dir: Path, collector: Collector, loop: AdviceLoop,
+                       faults: Faults | None = None) -> grpc.aio.Server:
     """Serve the API on unix:<run_dir>/controller.sock, or on 127.0.0.1 when that path is too long
     for a Unix socket; the address used is written to <run_dir>/controller.addr."""
     path = run_dir / SOCKET_NAME
     server = grpc.aio.server()
-    pb_grpc.add_AdviceServicer_to_server(AdviceService(collector, loop), server)
+    pb_grpc.add_AdviceServicer_to_server(AdviceService(collector, loop, faults), server)
     if len(str(path)) <= UNIX_PATH_MAX:
         path.unlink(missing_ok=True)
         address = f"unix:{path}"

@@ -25,6 +25,7 @@ from softswitch.inband import IntPending
 from softswitch.pipeline import Pipeline
 from wire.drops import DROP_INDEX
 from wire.fidelity import WINDOW_S, FidelityWindows, wall_offset
+from wire.linkstate import read_carrier
 
 log = logging.getLogger("softswitch.dataplane")
 
@@ -78,14 +79,6 @@ def kernel_stamp(ancdata: list) -> float | None:
     return None
 
 
-def read_operstate(iface: str) -> bool:
-    try:
-        state = Path(f"/sys/class/net/{iface}/operstate").read_text().strip()
-    except OSError:
-        return False
-    return state in ("up", "unknown")
-
-
 class DataPlane:
     def __init__(self, pipeline: Pipeline, ports: list[PortSpec], cpu_port: int,
                  stats_file: Path | None = None, fidelity: FidelityWindows | None = None) -> None:
@@ -109,7 +102,7 @@ class DataPlane:
             self.sockets[spec.port] = sock
             self.egress[spec.port] = EgressQueue(spec.port, sock.send, spec.rate_mbps, spec.depth_pkts, now)
             self.egress[spec.port].int_egress = pipeline.int_engine.egress
-            pipeline.port_up[spec.port] = read_operstate(spec.iface)
+            pipeline.port_up[spec.port] = read_carrier(spec.iface)
         # Port counters are kept here per batch and folded into the P4 counters port_rx/port_tx
         # when those are read (P4Runtime Read) and with every stats write.
         self.rx_pkts = dict.fromkeys(self.specs, 0)
@@ -265,7 +258,7 @@ class DataPlane:
 
     def _poll_links(self) -> None:
         for port, spec in self.specs.items():
-            up = read_operstate(spec.iface)
+            up = read_carrier(spec.iface)
             if self.pipeline.port_up.get(port) != up:
                 log.info("port %d (%s) is %s", port, spec.iface, "up" if up else "down")
             self.pipeline.set_port_up(port, up)

@@ -277,8 +277,15 @@ class Pipeline:
         if n < 14:
             self.count_drop("malformed", in_port, n)
             return None
-        if frame[12:14] == _PROBE:
-            self.to_cpu(frame, in_port, REASON_PROBE)
+        if frame[12:14] == _PROBE:  # after fault_inject (IPv4 fields read 0), as in starnet.p4
+            fault = self.snapshot.fault_inject.lookup((in_port, 0, 0))
+            action = fault.action if fault is not None else None
+            if action is not None and (action.action_id == self.snapshot.fault_drop_id or (
+                    action.action_id == self.snapshot.fault_drop_prob_id
+                    and self.rng.random() < action.args[0] / 65536.0)):
+                self.count_drop("fault", in_port, n)
+            else:
+                self.to_cpu(frame, in_port, REASON_PROBE)
             return None
         if frame[12] != 0x08 or frame[13] != 0x00:
             self.count_drop("non_ipv4", in_port, n)

@@ -12,7 +12,7 @@ from mininet.cli import CLI
 
 from controller.advice import MODES
 from testbed.fidelity import read_records, recent
-from testbed.net import Testbed
+from testbed.net import Testbed, TestbedError
 from testbed.p4read import drop_reasons
 from testbed.traffic import iperf3_tcp
 
@@ -287,6 +287,49 @@ class StarNetCLI(CLI):
         after its hold-down."""
         self._set_links(line, up=True)
 
+    def do_loss(self, line: str) -> None:
+        """loss A B PERCENT: lose PERCENT of the frames A sends to B (one direction; B a switch, whose
+        fault_inject drops them, the controller's probes too); loss A B 0 clears it."""
+        words = line.split()
+        try:
+            percent = float(words[2].rstrip("%")) if len(words) == 3 else None
+        except ValueError:
+            percent = None
+        if percent is None:
+            self.stdout.write("loss: give the sender, the receiving switch and a percentage, e.g. loss s1 s3 2\n")
+            return
+        try:
+            self.tb.set_link_loss(words[0], words[1], percent)
+        except TestbedError as exc:
+            self.stdout.write(f"{exc}\n")
+            return
+        self.stdout.write(f"{words[0]} -> {words[1]}: {percent:g}% of frames lost" if percent else
+                          f"{words[0]} -> {words[1]}: no injected loss")
+        self.stdout.write("\n")
+
+    def do_flap(self, line: str) -> None:
+        """flap A B [COUNT [PERIOD_S]]: take the link A-B down and up COUNT times (default 10), one
+        cycle every PERIOD_S (default 0.5 s); then the controller's view of it."""
+        words = line.split()
+        try:
+            count = int(words[2]) if len(words) > 2 else 10
+            period = float(words[3]) if len(words) > 3 else 0.5
+            if len(words) not in (2, 3, 4) or count < 1 or period <= 0:
+                raise ValueError
+        except ValueError:
+            self.stdout.write("flap: give a link and optionally a count and a period, e.g. flap s4 s2 10 0.5\n")
+            return
+        from topologies import TopologyError
+
+        try:
+            self.tb.topo.find_link(words[0], words[1])
+        except TopologyError as exc:
+            self.stdout.write(f"flap: {exc}\n")
+            return
+        self.stdout.write(f"flapping {words[0]}-{words[1]} {count} times, every {period:g} s ...\n")
+        ups = self.tb.flap_link(words[0], words[1], count, period)
+        self._report_links({"-".join(sorted(words[:2])): ups[-1]}, up=True)
+
     def _set_links(self, line: str, up: bool) -> None:
         from topologies import TopologyError
 
@@ -310,6 +353,11 @@ class StarNetCLI(CLI):
         fabric = {"-".join(sorted((a, b))): at for a, b, at in times if topo.is_switch(a) and topo.is_switch(b)}
         if not fabric:
             return  # a host link: no probes cross it; the switch's port watch moves its traffic
+        self._report_links(fabric, up)
+
+    def _report_links(self, fabric: dict[str, float], up: bool) -> None:
+        """The controller's timeline rows for these links (name → wall time of the change) as they come."""
+        state = "up" if up else "down"
         deadline = time.monotonic() + 2.0 + (0.0 if not up else 1.0)
         seen: set[str] = set()
         while time.monotonic() < deadline and len(seen) < len(fabric):

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from testbed.fidelity import Verdict
-from testbed.net import Testbed
+from testbed.net import Testbed, TestbedError
 from testbed.rundir import new_run_dir
 from testbed.scenario import Fault, JobSpecification, Scenario, ScenarioError
 from topologies.spec import Topology
@@ -88,6 +88,7 @@ class ModeRun:
     ports: list[PortFigures]
     faults: list[dict]
     host_rates: str = ""  # the sampled host rates (CSV)
+    links: list[dict] = field(default_factory=list)  # the controller's link timeline rows in the run (links.csv)
 
     def worst_port(self) -> PortFigures | None:
         ranked = [p for p in self.ports if not math.isnan(p.p99_queue_faithful)]
@@ -211,8 +212,9 @@ def run_mode(tb: Testbed, scenario: Scenario, mode: str, progress: Progress = _p
     after = _port_counters(tb)
     verdict = tb.verdict(t0, t1)
     ports = _port_figures(tb, before, after, t0, t1, verdict)
+    links = [r for r in tb.links_timeline() if t0 <= float(r["detected_wall"]) <= t1]
     run = ModeRun(mode, str(tb.run_dir), t0, t1, verdict.line(), verdict.fraction, records, ports, applied,
-                  str(rates.path))
+                  str(rates.path), links)
     worst = run.worst_port()
     progress(f"[{mode}] done in {t1 - t0:.1f} s; worst port "
              f"{f'{worst.switch}:{worst.port} p99 {worst.p99_queue_faithful:g}' if worst else 'n/a'}, "
@@ -271,9 +273,26 @@ def _apply_faults(tb: Testbed, faults: list[Fault], start: float, applied: list[
     for fault in sorted(faults, key=lambda f: f.at_s):
         time.sleep(max(0.0, start + fault.at_s - time.monotonic()))
         a, b = fault.link
-        at = tb.set_link(a, b, up=fault.kind == "link_up")
-        applied.append({"at_s": fault.at_s, "kind": fault.kind, "link": [a, b], "time": at})
-        progress(f"fault: {fault.kind} {a}-{b} at {fault.at_s:g} s")
+        if fault.kind == "loss":
+            try:
+                at = tb.set_link_loss(a, b, fault.percent)
+            except TestbedError as exc:  # reported with the run, which goes on without it
+                applied.append({"at_s": fault.at_s, "kind": fault.kind, "link": [a, b], "error": str(exc)})
+                progress(f"fault: {exc}")
+                continue
+            what = f"loss {fault.percent:g}% {a} -> {b}"
+        elif fault.kind == "flap":
+            at = tb.now()
+            progress(f"fault: flap {a}-{b} {fault.count} times every {fault.period_s:g} s from {fault.at_s:g} s")
+            tb.flap_link(a, b, fault.count, fault.period_s)
+            what = f"flap {a}-{b} done"
+        else:
+            at = tb.set_link(a, b, up=fault.kind == "link_up")
+            what = f"{fault.kind} {a}-{b}"
+        applied.append({"at_s": fault.at_s, "kind": fault.kind, "link": [a, b], "time": at,
+                        **({"percent": fault.percent} if fault.kind == "loss" else {}),
+                        **({"count": fault.count, "period_s": fault.period_s} if fault.kind == "flap" else {})})
+        progress(f"fault: {what} at {fault.at_s:g} s")
 
 
 def _port_counters(tb: Testbed) -> dict[tuple[str, int], tuple[int, int]]:

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import grpc
 from mininet.link import Link
 from mininet.log import info
 from mininet.net import Mininet
@@ -286,11 +287,37 @@ class Testbed:
         return fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0, sampled)
 
     def set_link(self, a: str, b: str, up: bool) -> float:
-        """Take the link a–b down (both ends, as a cut cable) or up again; returns the wall time."""
+        """Take the link a–b down (both ends, as a cut cable) or up again; returns the wall time the
+        change began (its onset: the first end changes after it)."""
         assert self.net is not None
         self.topo.find_link(a, b)  # TopologyError naming both ends when there is no such link
+        began = self.now()
         self.net.configLinkStatus(a, b, "up" if up else "down")
-        return self.now()
+        return began
+
+    def set_link_loss(self, sender: str, receiver: str, percent: float) -> float:
+        """Lose `percent` of the frames sender → receiver (0 clears), through the controller (it
+        writes the receiving switch's fault_inject); returns the wall time the request was made."""
+        began = self.now()
+        with channel(self.run_dir) as ch:
+            try:
+                pb_grpc.AdviceStub(ch).SetLinkLoss(pb.LinkLossRequest(sender=sender, receiver=receiver,
+                                                                      percent=percent), timeout=5.0)
+            except grpc.RpcError as exc:
+                raise TestbedError(f"loss {sender} {receiver}: {exc.details()}") from None
+        return began
+
+    def flap_link(self, a: str, b: str, count: int, period_s: float) -> list[float]:
+        """Take the link a–b down and up `count` times, down for half of every `period_s`; the wall
+        times it came back up."""
+        ups = []
+        start = time.monotonic()
+        for i in range(count):
+            self.set_link(a, b, up=False)
+            time.sleep(max(0.0, start + (i + 0.5) * period_s - time.monotonic()))
+            ups.append(self.set_link(a, b, up=True))
+            time.sleep(max(0.0, start + (i + 1) * period_s - time.monotonic()))
+        return ups
 
     def links_timeline(self) -> list[dict]:
         """The controller's link timeline (links.csv): one row per link that failed or came back."""

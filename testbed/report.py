@@ -81,16 +81,35 @@ def write_report(result: ScenarioResult) -> Path:
             figures = ", ".join(f"{k} {_fmt(v, 2) if isinstance(v, float) else v}" for k, v in r.figures.items())
             lines.append(f"- {mode} / {r.name} ({r.kind}, from {r.start_s:g} s): {status}; {figures}")
     if any(run.faults for run in result.runs.values()):
-        lines += ["", "## Faults", ""]
+        lines += ["", "## Faults and the controller's response", ""]
         for mode, run in result.runs.items():
             for fault in run.faults:
-                lines.append(f"- {mode}: {fault['kind']} {'-'.join(fault['link'])} at {fault['at_s']:g} s")
+                lines.append(f"- {mode}: {fault_text(fault)}")
+            for row in run.links:
+                advice = f", advice after {row['advice_decided_ms']} ms" if row.get("advice_decided_ms") else ""
+                lines.append(f"  - {float(row['detected_wall']) - run.t0:.2f} s: controller: {row['link']} "
+                             f"{row['state']}, {row['route_updates']} route updates in {row['routes_written_ms']} ms"
+                             f"{advice}")
     lines += ["", "## Plots", ""]
     for title, path in plots:
         lines += [f"### {title}", "", f"![{title}]({path.name})", ""]
     report = out / "report.md"
     report.write_text("\n".join(lines) + "\n")
     return report
+
+
+def fault_text(fault: dict) -> str:
+    """One applied fault (testbed/experiment.py's record) in words."""
+    a, b = fault["link"]
+    if "error" in fault:
+        what = f"{fault['kind']} {a} -> {b} not applied: {fault['error']}"
+    elif fault["kind"] == "loss":
+        what = f"loss {fault['percent']:g}% of frames {a} -> {b}" if fault["percent"] else f"loss {a} -> {b} cleared"
+    elif fault["kind"] == "flap":
+        what = f"flap {a}-{b} {fault['count']} times, every {fault['period_s']:g} s"
+    else:
+        what = f"{fault['kind']} {a}-{b}"
+    return f"{what} at {fault['at_s']:g} s"
 
 
 def last_report(runs: Path = RUNS) -> Path | None:

@@ -18,8 +18,10 @@
       - {name: burst, kind: incast, receiver: h5, senders: [h3, h4, h7], size: 1M, start_s: 2}
       - {name: bg, kind: background, hosts: all, load: 0.1, seconds: 10, start_s: 0}
     faults:
-      - {at_s: 5, kind: link_down, link: [s3, s1]}
+      - {at_s: 5, kind: link_down, link: [s3, s1]}        # both ends, a cut cable
       - {at_s: 9, kind: link_up, link: [s3, s1]}
+      - {at_s: 12, kind: loss, link: [s1, s4], percent: 100}  # frames from s1 to s4 only; 0 clears
+      - {at_s: 15, kind: flap, link: [s4, s2], count: 10, period_s: 0.5}  # down and up, 10 times
 
 `load_scenario` checks everything against the topology before anything starts and names the
 field of the first problem (``jobs[1].hosts: no host 'h99' in leafspine-2x2x4``).
@@ -44,7 +46,7 @@ from workloads.allreduce.schedule import ALGORITHMS
 from workloads.hosts import parse_size
 
 JOB_KINDS = ("allreduce", "incast", "background")
-FAULT_KINDS = ("link_down", "link_up")
+FAULT_KINDS = ("link_down", "link_up", "loss", "flap")
 DATAPLANES = ("soft", "bmv2", "auto")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,7 +75,10 @@ class JobSpecification:
 class Fault:
     at_s: float
     kind: str
-    link: tuple[str, str]
+    link: tuple[str, str]  # loss: (sender, receiver)
+    percent: float = 0.0  # loss: share of the sender's frames lost (0 clears)
+    count: int = 0  # flap: down-up cycles
+    period_s: float = 0.0  # flap: one cycle (down for half of it)
 
 
 @dataclass
@@ -93,7 +98,7 @@ class Scenario:
         jobs = [dataclasses.replace(j, start_s=j.start_s * factor, seconds=j.seconds * factor,
                                     size_bytes=max(4, int(j.size_bytes * factor) // 4 * 4) if j.size_bytes else 0)
                 for j in self.jobs]
-        faults = [dataclasses.replace(f, at_s=f.at_s * factor) for f in self.faults]
+        faults = [dataclasses.replace(f, at_s=f.at_s * factor, period_s=f.period_s * factor) for f in self.faults]
         return dataclasses.replace(self, jobs=jobs, faults=faults, duration_s=self.duration_s * factor)
 
 
@@ -279,8 +284,10 @@ class _Reader:
         return job
 
     def fault(self, value: Any, where: str, topo: Topology, duration: float) -> Fault:
-        d = self.mapping(value, where, {"at_s", "kind", "link"})
-        kind = d.get("kind")
+        kind = value.get("kind") if isinstance(value, dict) else None
+        fields = {"loss": {"percent"}, "flap": {"count", "period_s"}}
+        extra = fields.get(kind, set()) if isinstance(kind, str) else set()
+        d = self.mapping(value, where, {"at_s", "kind", "link"} | extra)
         if kind not in FAULT_KINDS:
             raise self.fail(f"{where}.kind", f"{kind!r} is not one of {', '.join(FAULT_KINDS)}")
         at = float(self.number(d.get("at_s"), f"{where}.at_s", 0, duration))
@@ -291,4 +298,15 @@ class _Reader:
             topo.find_link(link[0], link[1])
         except TopologyError:
             raise self.fail(f"{where}.link", f"no link between {link[0]} and {link[1]} in {topo.name}") from None
-        return Fault(at, kind, (link[0], link[1]))
+        fault = Fault(at, kind, (link[0], link[1]))
+        if kind == "loss":
+            if not topo.is_switch(link[1]):
+                raise self.fail(f"{where}.link", f"frames are lost on their way into a switch: {link[1]} is not one")
+            fault.percent = float(self.number(d.get("percent"), f"{where}.percent", 0, 100))
+        elif kind == "flap":
+            fault.count = int(self.number(d.get("count"), f"{where}.count", 1, 1000, integer=True))
+            fault.period_s = float(self.number(d.get("period_s"), f"{where}.period_s", 0.02, duration))
+            if at + fault.count * fault.period_s > duration:
+                raise self.fail(f"{where}", f"{fault.count} flaps of {fault.period_s:g} s from {at:g} s end after "
+                                            f"duration_s ({duration:g})")
+        return fault

@@ -152,7 +152,8 @@ class SwitchProcess:
 
     def describe(self) -> dict:
         """What the controller needs to program this switch (written to switches.json)."""
-        return {"grpc": self.grpc_address, "device_id": self.device_id, "kind": self.kind}
+        return {"grpc": self.grpc_address, "device_id": self.device_id, "kind": self.kind,
+                "ports": {str(port): intf for port, intf in self.ports}}
 
 
 class SoftSwitchProcess(SwitchProcess):

@@ -3,17 +3,9 @@ with a named tolerance so a failure prints measured, expected and tolerance toge
 
 from __future__ import annotations
 
-import time
+from testbed.waiting import wait_until
 
-
-def wait_until(predicate, timeout_s: float = 5.0, interval_s: float = 0.1) -> bool:
-    """Poll `predicate` until it is true or `timeout_s` passed; its last value."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return bool(predicate())
+__all__ = ["assert_within", "wait_until"]
 
 
 def assert_within(measured: float, expected: float, tolerance: float, what: str = "value") -> None:

@@ -302,6 +302,54 @@ class ModeRequest(_message.Message):
 Global___ModeRequest: _TypeAlias = ModeRequest  # noqa: Y015
 
 @_typing.final
+class LinkLossRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SENDER_FIELD_NUMBER: _builtins.int
+    RECEIVER_FIELD_NUMBER: _builtins.int
+    PERCENT_FIELD_NUMBER: _builtins.int
+    sender: _builtins.str
+    """the switch whose frames are lost on the way ..."""
+    receiver: _builtins.str
+    """... to this one (the two must share a link)"""
+    percent: _builtins.float
+    """0 clears, 100 drops every frame"""
+    def __init__(
+        self,
+        *,
+        sender: _builtins.str = ...,
+        receiver: _builtins.str = ...,
+        percent: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["percent", b"percent", "receiver", b"receiver", "sender", b"sender"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LinkLossRequest: _TypeAlias = LinkLossRequest  # noqa: Y015
+
+@_typing.final
+class LinkLossReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PERCENT_FIELD_NUMBER: _builtins.int
+    percent: _builtins.float
+    """as installed: the P4 action's drop probability is in 1/65536 steps"""
+    def __init__(
+        self,
+        *,
+        percent: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["percent", b"percent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LinkLossReply: _TypeAlias = LinkLossReply  # noqa: Y015
+
+@_typing.final
 class ModeReply(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

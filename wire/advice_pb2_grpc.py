@@ -64,6 +64,11 @@ class AdviceStub(object):
                 request_serializer=wire_dot_advice__pb2.ModeRequest.SerializeToString,
                 response_deserializer=wire_dot_advice__pb2.ModeReply.FromString,
                 _registered_method=True)
+        self.SetLinkLoss = channel.unary_unary(
+                '/starnet.advice.v1.Advice/SetLinkLoss',
+                request_serializer=wire_dot_advice__pb2.LinkLossRequest.SerializeToString,
+                response_deserializer=wire_dot_advice__pb2.LinkLossReply.FromString,
+                _registered_method=True)
 
 
 class AdviceServicer(object):
@@ -111,6 +116,14 @@ class AdviceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetLinkLoss(self, request, context):
+        """Frame loss on one direction of a fabric link (percent 0 clears it): the receiving switch's
+        fault_inject drops that share of every frame the link brings it, the controller's probes too.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdviceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -143,6 +156,11 @@ def add_AdviceServicer_to_server(servicer, server):
                     servicer.SetMode,
                     request_deserializer=wire_dot_advice__pb2.ModeRequest.FromString,
                     response_serializer=wire_dot_advice__pb2.ModeReply.SerializeToString,
+            ),
+            'SetLinkLoss': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetLinkLoss,
+                    request_deserializer=wire_dot_advice__pb2.LinkLossRequest.FromString,
+                    response_serializer=wire_dot_advice__pb2.LinkLossReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -307,6 +325,33 @@ class Advice(object):
             '/starnet.advice.v1.Advice/SetMode',
             wire_dot_advice__pb2.ModeRequest.SerializeToString,
             wire_dot_advice__pb2.ModeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetLinkLoss(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/starnet.advice.v1.Advice/SetLinkLoss',
+            wire_dot_advice__pb2.LinkLossRequest.SerializeToString,
+            wire_dot_advice__pb2.LinkLossReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,6 +48,10 @@ class AdviceStub:
     """The advice in force, per source host and destination."""
     SetMode: _grpc.UnaryUnaryMultiCallable[_advice_pb2.ModeRequest, _advice_pb2.ModeReply]
     """none (plain TCP), ecn (switch CE marks + TCP ECN on hosts) or advice (this loop)."""
+    SetLinkLoss: _grpc.UnaryUnaryMultiCallable[_advice_pb2.LinkLossRequest, _advice_pb2.LinkLossReply]
+    """Frame loss on one direction of a fabric link (percent 0 clears it): the receiving switch's
+    fault_inject drops that share of every frame the link brings it, the controller's probes too.
+    """
 
 @_typing.type_check_only
 class AdviceAsyncStub(AdviceStub):
@@ -64,6 +68,10 @@ class AdviceAsyncStub(AdviceStub):
     """The advice in force, per source host and destination."""
     SetMode: _aio.UnaryUnaryMultiCallable[_advice_pb2.ModeRequest, _advice_pb2.ModeReply]  # type: ignore[assignment]
     """none (plain TCP), ecn (switch CE marks + TCP ECN on hosts) or advice (this loop)."""
+    SetLinkLoss: _aio.UnaryUnaryMultiCallable[_advice_pb2.LinkLossRequest, _advice_pb2.LinkLossReply]  # type: ignore[assignment]
+    """Frame loss on one direction of a fabric link (percent 0 clears it): the receiving switch's
+    fault_inject drops that share of every frame the link brings it, the controller's probes too.
+    """
 
 class AdviceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -113,5 +121,15 @@ class AdviceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_advice_pb2.ModeReply, _abc.Awaitable[_advice_pb2.ModeReply]]:
         """none (plain TCP), ecn (switch CE marks + TCP ECN on hosts) or advice (this loop)."""
+
+    @_abc_1.abstractmethod
+    def SetLinkLoss(
+        self,
+        request: _advice_pb2.LinkLossRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_advice_pb2.LinkLossReply, _abc.Awaitable[_advice_pb2.LinkLossReply]]:
+        """Frame loss on one direction of a fabric link (percent 0 clears it): the receiving switch's
+        fault_inject drops that share of every frame the link brings it, the controller's probes too.
+        """
 
 def add_AdviceServicer_to_server(servicer: AdviceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

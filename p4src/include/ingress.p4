@@ -152,20 +152,22 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
             exit;
         }
         port_role.apply();
-        if (hdr.ethernet.ether_type == ETHERTYPE_PROBE) {
-            punt(REASON_PROBE);
-            exit;
+        bool probe = hdr.ethernet.ether_type == ETHERTYPE_PROBE;
+        if (!probe) {
+            if (!hdr.ipv4.isValid()) {
+                drop_reason.count(DROP_NON_IPV4);
+                drop();
+                exit;
+            }
+            if (hdr.ipv4.ttl <= 1) {
+                drop_reason.count(DROP_TTL_EXPIRED);
+                drop();
+                exit;
+            }
         }
-        if (!hdr.ipv4.isValid()) {
-            drop_reason.count(DROP_NON_IPV4);
-            drop();
-            exit;
-        }
-        if (hdr.ipv4.ttl <= 1) {
-            drop_reason.count(DROP_TTL_EXPIRED);
-            drop();
-            exit;
-        }
+        // A link's injected loss takes its probes too: they are how the controller finds a
+        // direction that loses frames with its carrier up. Entries for a link's loss match the
+        // ingress port with the IPv4 fields wildcarded (a probe has no IPv4 header).
         fault_inject.apply();
         if (meta.fault != FAULT_NONE) {
             bit<16> draw;
@@ -176,6 +178,10 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
                 drop();
                 exit;
             }
+        }
+        if (probe) {
+            punt(REASON_PROBE);
+            exit;
         }
         if (!ipv4_lpm.apply().hit) {
             // A miss drops (BMv2 cannot hold a default action for a table with an action profile).

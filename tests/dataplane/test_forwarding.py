@@ -144,6 +144,26 @@ def test_probe_arrives_as_packet_in_with_ingress_port_and_reason(switch):
     assert packet.payload[:len(probe)] == probe
 
 
+def test_a_links_injected_loss_takes_its_probes_too(switch):
+    """fault_inject on an ingress port alone (a link's loss) drops probes arriving there, counted
+    as faults; probes on the other ports still reach the controller."""
+    probe = bytes(Ether(src="02:00:00:00:0d:02", dst="ff:ff:ff:ff:ff:ff", type=0x88B5) / (b"\x5b" * 46))
+    entry = ent.table_entry(switch.schema, "StarIngress.fault_inject", {"standard_metadata.ingress_port": (2, 0x1FF)},
+                            action_call=ent.action(switch.schema, "StarIngress.fault_drop"), priority=10)
+    switch.write([ent.insert(entry)])
+    try:
+        before = counter(switch, "StarIngress.fault_drops", 2)[0]
+        switch.send(2, probe, count=3)
+        switch.send(3, probe)
+        packet = switch.session.packet_in()
+        assert packet is not None, "no PacketIn within 3 s"
+        assert switch.session.s.packet_in_fields(packet)["ingress_port"] == 3
+        assert switch.session.packet_in(timeout_s=0.5) is None, "a probe through the lossy port reached the controller"
+        assert counter(switch, "StarIngress.fault_drops", 2)[0] - before == 3
+    finally:
+        switch.write([ent.delete(entry)])
+
+
 def test_ecn_marks_ect_traffic_above_the_queue_threshold(switch):
     switch.drain()
     # 40 frames of 1000 B at once into a 2 Mbit/s port: the queue builds well past 4 packets.

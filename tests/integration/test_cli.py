@@ -69,6 +69,21 @@ def test_cli_pingall_and_queues_through_a_tty():
         child.expect(r"allreduce1: done, h1 h2 h5 h6; ring 262144 B busbw [\d.]+ Mbit/s, 0 wrong")
         child.expect(r"incast2: done, incast, 2 of 2 flows completed")
         child.expect_exact("mininet> ")
+        child.sendline("fail s3 s1")  # the controller's timeline row for the cut, as it comes
+        child.expect(r"controller: s1-s3 down detected \d+ ms after, \d+ route updates written")
+        child.expect_exact("mininet> ")
+        child.sendline("restore s3 s1")
+        child.expect(r"controller: s1-s3 up detected \d+ ms after")
+        child.expect_exact("mininet> ")
+        child.sendline("loss s1 s3 100")  # through the controller's SetLinkLoss
+        child.expect_exact("s1 -> s3: 100% of frames lost")
+        child.expect_exact("mininet> ")
+        child.sendline("loss s1 s3 0")
+        child.expect_exact("s1 -> s3: no injected loss")
+        child.expect_exact("mininet> ")
+        child.sendline("loss s1 s2 5")
+        child.expect_exact("no link between s1 and s2")
+        child.expect_exact("mininet> ")
         child.sendline("exit")
         child.expect(pexpect.EOF, timeout=30)
     finally:

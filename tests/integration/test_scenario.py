@@ -41,3 +41,23 @@ def test_shortened_demo_advice_has_lower_queues_and_fewer_drops_than_none():
     assert worst_p99(advice) < worst_p99(none), (worst_p99(advice), worst_p99(none))
     for name in ("report.md", "results.json", "queues.png", "rates-advice.png", "utilisation.png", "busbw.png"):
         assert (result.out_dir / name).stat().st_size > 0, name
+
+
+def test_failover_scenario_survives_its_faults_and_the_report_shows_the_controllers_response():
+    """experiments/failover.yaml at half its sizes and times: a cut and restore, a direction losing
+    every frame and then cleared, ten flaps; the ring all-reduce finishes with a correct result
+    and the controller logged each link going down and coming back."""
+    scenario = load_scenario(ROOT / "experiments" / "failover.yaml").shortened(0.5)
+    result = run_scenario(scenario)
+    run = result.runs["advice"]
+    (ring,) = run.jobs
+    assert ring.ok and ring.figures["wrong"] == 0, (ring.error, ring.figures)
+    assert [f["kind"] for f in run.faults] == ["link_down", "link_up", "loss", "loss", "flap"]
+    assert all("error" not in f for f in run.faults), run.faults
+    states = [(r["link"], r["state"]) for r in run.links]
+    print("\n  " + "\n  ".join(f"{float(r['detected_wall']) - run.t0:6.2f} s {r['link']} {r['state']}"
+                               for r in run.links))
+    for link in ("s1-s3", "s2-s4", "s1-s4"):  # cut, lossy, flapped: each went down and came back
+        assert (link, "down") in states and (link, "up") in states, (link, states)
+    report = (result.out_dir / "report.md").read_text()
+    assert "## Faults and the controller's response" in report and "loss 100% of frames s2 -> s4" in report

@@ -60,6 +60,26 @@ def test_a_silent_direction_takes_the_link_down_after_the_misses_then_back_after
     assert [c.up for c in back] == [True] and monitor.down() == set()
 
 
+def test_a_lost_carrier_fails_its_link_at_once_and_it_returns_only_with_carrier_probes_and_hold_down():
+    monitor = LinkMonitor(TOPO, 0.0, PERIOD, misses=3, hold_down_s=0.1)
+    t = PERIOD
+    assert feed(monitor, t) == []
+    end = ("s3", TOPO.find_link("s3", "s1").port_of("s3"))
+    changes = monitor.port_status(end, False, t + 0.001)
+    assert [(c.up, c.link) for c in changes] == [(False, frozenset(("s3", "s1")))]
+    assert monitor.port_status(end, False, t + 0.002) == []  # the other end's event: already down
+    for _ in range(30):  # probes still arrive (say, from a stale event): carrier down keeps it down
+        t += PERIOD
+        assert feed(monitor, t) == []
+    monitor.port_status(end, True, t)
+    back = []
+    for _ in range(15):
+        t += PERIOD
+        back += feed(monitor, t)
+    assert [c.up for c in back] == [True] and monitor.down() == set()
+    assert monitor.port_status(("s9", 1), False, t) == []  # not a fabric end: ignored
+
+
 def test_a_switch_that_hears_nothing_is_a_stall_until_stall_s_not_a_failure_of_its_links():
     monitor = LinkMonitor(TOPO, 0.0, PERIOD, misses=3, stall_s=0.5)
     t = 0.0

@@ -23,6 +23,8 @@ jobs:
   - {name: bg, kind: background, hosts: all, load: 0.1, seconds: 5}
 faults:
   - {at_s: 2, kind: link_down, link: [s3, s1]}
+  - {at_s: 4, kind: loss, link: [s1, s4], percent: 2.5}
+  - {at_s: 6, kind: flap, link: [s4, s2], count: 10, period_s: 0.5}
 """
 
 
@@ -39,7 +41,10 @@ def test_a_good_file_reads_as_written():
     assert {link.capacity_mbps for link in s.topology.links if s.topology.is_switch(link.a)
             and s.topology.is_switch(link.b)} == {10.0}
     assert s.faults[0].link == ("s3", "s1")
+    assert (s.faults[1].kind, s.faults[1].link, s.faults[1].percent) == ("loss", ("s1", "s4"), 2.5)
+    assert (s.faults[2].count, s.faults[2].period_s) == (10, 0.5)
     short = s.shortened(0.5)
+    assert short.faults[2].period_s == 0.25
     assert short.jobs[0].size_bytes == 32 << 10 and short.jobs[1].start_s == 0.5 and short.duration_s == 15
 
 
@@ -54,6 +59,12 @@ def test_a_good_file_reads_as_written():
     ("iters: 2}", "iters: 2, colour: red}", r"jobs\[0\]\.colour: unknown field"),
     ("name: inc", "name: ar", r"jobs\[1\]\.name: 'ar' is used by jobs\[0\] too"),
     ("at_s: 2", "at_s: 99", r"faults\[0\]\.at_s: must be in \[0, 30\]"),
+    ("percent: 2.5", "percent: 101", r"faults\[1\]\.percent: must be in \[0, 100\]"),
+    ("link: [s1, s4], percent", "link: [s3, h1], percent", r"faults\[1\]\.link: .*h1 is not one"),
+    ("count: 10, period_s: 0.5", "count: 10, period_s: 5", r"faults\[2\]: 10 flaps of 5 s from 6 s end after"),
+    ("count: 10,", "count: 2.5,", r"faults\[2\]\.count: must be a whole number"),
+    ("kind: link_down, link: [s3, s1]", "kind: link_down, link: [s3, s1], percent: 5",
+     r"faults\[0\]\.percent: unknown field"),
     ("name: leafspine", "name: torus", r"topology\.name: 'torus' is not one of"),
     ("size: 64K, iters", "size: 66, iters", r"jobs\[0\]\.size: must be a multiple of 4"),
 ])

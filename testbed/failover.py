@@ -1,0 +1,141 @@
+"""Cut a fabric link under a ring all-reduce and time the fabric's repair (tests/integration/
+test_failover.py and bench/failover.py): fault → detected by the controller → routes written →
+advice re-planned, the longest stall of the affected flow (its sender's TCP acks, sampled every
+10 ms by testbed/tcpstate.py) and, on restore, the return to service after the hold-down.
+"""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from controller.service import get_state
+from testbed.net import Testbed
+from testbed.waiting import wait_until
+from workloads.allreduce.job import JobSpec, run_job
+from workloads.fabric import FabricView
+
+RING = ["h1", "h2", "h5", "h6"]
+
+
+class FailoverError(RuntimeError):
+    """The cut was not seen, the job did not finish, or the link did not return."""
+
+
+def spine_of(tb: Testbed, src: str, dst: str, ports: range | None = None) -> str | None:
+    """The spine the collector saw the src → dst data flow cross (from its INT path); with `ports`,
+    only a flow with one of its ports in that range (one job's flows, not an earlier job's)."""
+    state = get_state(tb.run_dir, include_flows=True)
+    for flow in state.flows:
+        if flow.src == tb.host(src).IP() and flow.dst == tb.host(dst).IP() and len(flow.hops) == 3 and (
+                ports is None or flow.src_port in ports or flow.dst_port in ports):
+            return flow.hops[1].switch
+    return None
+
+
+def longest_gap(path: Path, t0: float, t1: float) -> float:
+    """The longest time in [t0, t1] the sender's busiest connection acknowledged no new bytes
+    (connections told apart by both ends: a rank's accepted ones share its listening port)."""
+    rows: dict[tuple[str, str, str], list[tuple[float, int]]] = {}
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            rows.setdefault((r["sport"], r["dst"], r["dport"]), []).append((float(r["time"]), int(r["bytes_acked"])))
+    busiest = max(rows.values(), key=lambda v: v[-1][1] - v[0][1])
+    gap, last_t, last_b = 0.0, None, None
+    for t, b in busiest:
+        if last_b is None or b > last_b:
+            if last_t is not None and t0 <= t and last_t <= t1:
+                gap = max(gap, t - last_t)
+            last_t, last_b = t, b
+    return gap
+
+
+def timeline_row(tb: Testbed, link: str, state: str, after: float = 0.0) -> dict | None:
+    """The controller's first row for `link` going `state` detected at or after wall time `after`."""
+    return next((r for r in tb.links_timeline() if r["link"] == link and r["state"] == state
+                 and float(r["detected_wall"]) >= after), None)
+
+
+def cut_during_ring(tb: Testbed, flow: tuple[str, str], cut_end: str | None, port_base: int, restore: bool = True,
+                    when_seen: Callable[[], object] | None = None, quiet: bool = False) -> dict:
+    """Run a ring all-reduce h1 h2 h5 h6 (8 MB, 3 iterations); once `flow` shows in INT, cut the
+    link between the spine it crosses and `cut_end` (None: the flow's sender's leaf), then (restore)
+    bring it back after the job. Returns the timeline figures of the cut (ms from its onset);
+    when_seen() runs once the controller has logged the cut and its result is figures["seen"]."""
+    spec = JobSpec(hosts=RING, sizes=[8 << 20], algo="ring", iters=3, name="ring-failover",
+                   port_base=port_base)
+    outcome: list = []
+
+    def work() -> None:
+        try:
+            outcome.append(run_job(spec, FabricView.of_testbed(tb), progress=None))
+        except Exception as exc:  # noqa: BLE001 - handed to the caller below
+            outcome.append(exc)
+
+    job = threading.Thread(target=work)
+    sender = flow[0]
+    tcp_log = tb.run_dir / f"tcp-failover-{sender}-{port_base}.csv"
+    netns = f"/proc/{tb.host(sender).pid}/ns/net"
+    sampler = subprocess.Popen([sys.executable, "-m", "testbed.tcpstate", "--out", str(tcp_log), "--dports",
+                                f"{port_base}-{port_base + 99}", "--host", f"{sender}={netns}"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job.start()
+    try:
+        ports = range(port_base, port_base + 100)
+        if not wait_until(lambda: spine_of(tb, *flow, ports) is not None, 15.0):
+            raise FailoverError(f"the {flow[0]} -> {flow[1]} flow never showed in INT")
+        spine = spine_of(tb, *flow, ports)
+        assert spine is not None
+        leaf = cut_end or tb.topo.neighbours(sender)[0][0]
+        time.sleep(1.0)  # mid-run
+        cut = tb.set_link(leaf, spine, up=False)
+        link = "-".join(sorted((leaf, spine)))
+        if not wait_until(lambda: timeline_row(tb, link, "down", cut) is not None, 3.0):
+            raise FailoverError(f"the controller never saw {link} down")
+        seen = when_seen() if when_seen is not None else None
+        job.join(120)
+        if job.is_alive():
+            raise FailoverError("the all-reduce did not finish within 120 s of the cut")
+        restored = None
+        if restore:
+            restored = back = tb.set_link(leaf, spine, up=True)
+            if not wait_until(lambda: timeline_row(tb, link, "up", back) is not None, 5.0):
+                raise FailoverError(f"{link} never returned to service")
+    finally:
+        job.join(120)
+        sampler.terminate()
+        sampler.wait(5)
+    if not outcome or isinstance(outcome[0], Exception):
+        raise FailoverError(f"the all-reduce failed: {outcome[0] if outcome else 'no outcome'}")
+    result = outcome[0].results[0]
+    down = timeline_row(tb, link, "down", cut)
+    assert down is not None  # waited for above
+    detected = float(down["detected_wall"]) - cut
+    figures = {"link": link, "spine": spine, "wrong": result.wrong, "busbw_mbps": result.busbw_gbs * 8e3,
+               "detected_ms": detected * 1e3, "routes_ms": detected * 1e3 + float(down["routes_written_ms"]),
+               "route_updates": int(down["route_updates"]),
+               "advice_ms": detected * 1e3 + float(down["advice_decided_ms"] or "nan"),
+               "gap_ms": longest_gap(tcp_log, cut - 0.2, cut + 1.0) * 1e3, "seen": seen,
+               "verdict": tb.verdict(cut - 1.0, cut + 1.0)}
+    if restored is not None:
+        up = timeline_row(tb, link, "up", restored)
+        assert up is not None
+        figures["back_ms"] = (float(up["detected_wall"]) - restored) * 1e3
+    if quiet:
+        return figures
+    print(f"\n  timeline of {link} (ring h1 h2 h5 h6, {flow[0]} -> {flow[1]} crossed {spine}):"
+          f"\n  {'fault (link cut)':36} 0.0 ms"
+          f"\n  {'detected by the controller':36} {figures['detected_ms']:.1f} ms"
+          f"\n  {'routes written (' + down['route_updates'] + ' updates)':36} {figures['routes_ms']:.1f} ms"
+          f"\n  {'advice re-planned':36} {figures['advice_ms']:.1f} ms"
+          f"\n  {f'longest gap in {flow[0]} -> {flow[1]} (TCP acks)':36} {figures['gap_ms']:.0f} ms"
+          + (f"\n  {'restored -> back in service':36} {figures['back_ms']:.0f} ms (hold-down 500 ms)"
+             if restored is not None else "")
+          + f"\n  all-reduce: {figures['busbw_mbps']:.2f} Mbit/s busbw, {result.wrong} wrong"
+          + f"\n  {figures['verdict'].line()}")
+    return figures
