@@ -1,9 +1,13 @@
 # StarNet testbed. `make run` and `make test` are the two doors; see README.md.
 SHELL := /bin/bash
 PYTHON ?= python3
-VENV := .venv
+# The venv: .venv in the repository, or the directory /etc/starnet/venv names (the Vagrant VM keeps
+# its venv off the shared folder, where the host may keep a .venv of its own; vm/provision.sh).
+VENV := $(or $(shell cat /etc/starnet/venv 2>/dev/null),.venv)
 PY := $(VENV)/bin/python
 APT_PACKAGES := mininet iproute2 iperf iperf3 iputils-ping ethtool python3-venv
+# For the tests of the VM's files (Vagrantfile, vm/provision.sh)
+APT_PACKAGES += ruby shellcheck
 TOPO ?= leafspine
 DATAPLANE ?= auto
 # MODE: none | ecn | advice | bbr

@@ -10,6 +10,8 @@ from pathlib import Path
 from testbed.rundir import process_start_time
 from tests.checks import assert_within, wait_until  # noqa: F401  (re-exported for the tests)
 
+LEAFSPINE_LINK_PREFIXES = ("s1-", "s2-", "s3-", "s4-")  # the default fabric's switch interfaces
+
 
 def links_named(prefixes: tuple[str, ...]) -> list[str]:
     out = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout

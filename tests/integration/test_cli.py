@@ -12,12 +12,11 @@ import pexpect
 import pytest
 
 from testbed.switchproc import bmv2_missing
-from tests.integration.helpers import links_named
+from tests.integration.helpers import LEAFSPINE_LINK_PREFIXES, links_named
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 
 ROOT = Path(__file__).resolve().parents[2]
-LEAFSPINE_LINK_PREFIXES = ("s1-", "s2-", "s3-", "s4-")
 MAKE_RUN_CEILING_S = 90  # comes up and down in ~10 s here; the ceiling is for a loaded machine
 
 
