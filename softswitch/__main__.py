@@ -59,6 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--egress-depth", action="append", default=[], metavar="PORT=PKTS")
     parser.add_argument("--default-depth", type=int, default=64, help="egress queue depth in packets")
     parser.add_argument("--stats-file", type=Path)
+    parser.add_argument("--faults-file", type=Path,
+                        help="follow injected faults written here: processing delay, port rates (JSON)")
     parser.add_argument("--seed", type=int, help="seed of the RNG (drop-with-probability, INT sampling)")
     parser.add_argument("--name", help="switch name in fidelity records (default dev<device id>)")
     parser.add_argument("--fidelity-file", type=Path, help="append lateness per 100 ms window to this CSV")
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_fidelity:
             fidelity = FidelityWindows(args.fidelity_file, args.name or f"dev{args.device_id}", "switch",
                                        args.fidelity_tolerance_ms)
-        dataplane = DataPlane(pipeline, ports, args.cpu_port, args.stats_file, fidelity)
+        dataplane = DataPlane(pipeline, ports, args.cpu_port, args.stats_file, fidelity, args.faults_file)
     except (OSError, ValueError) as exc:
         log.error("cannot start the data plane: %s", exc)
         print(f"softswitch: cannot start the data plane: {exc}", file=sys.stderr)

@@ -81,14 +81,20 @@ def kernel_stamp(ancdata: list) -> float | None:
 
 class DataPlane:
     def __init__(self, pipeline: Pipeline, ports: list[PortSpec], cpu_port: int,
-                 stats_file: Path | None = None, fidelity: FidelityWindows | None = None) -> None:
-        """fidelity: where this switch's lateness goes (None: not measured)."""
+                 stats_file: Path | None = None, fidelity: FidelityWindows | None = None,
+                 faults_file: Path | None = None) -> None:
+        """fidelity: where this switch's lateness goes (None: not measured); faults_file: injected
+        faults to follow (read_faults)."""
         self.pipeline = pipeline
         self.fidelity = fidelity
         self.specs = {p.port: p for p in ports}
         self.cpu_port = cpu_port
         self.stats_file = stats_file
         self.pending_out: deque[tuple[int, bytes]] = deque()
+        self.faults_file = faults_file
+        self._faults_seen: float | None = None
+        self.delay_s = 0.0  # injected processing delay: every forwarded frame waits this long before its queue
+        self.delayed: deque[tuple[float, int, bytearray | IntPending, int]] = deque()  # (due, port, frame, in)
         self.bad_frame_kinds: dict[str, int] = {}  # exception type -> frames the pipeline failed on
         self.stop_event = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
@@ -189,6 +195,9 @@ class DataPlane:
                         if result is None:
                             continue
                         out_port, out = result
+                        if self.delay_s:
+                            self.delayed.append((now + self.delay_s, out_port, out, in_port))
+                            continue
                         queue = egress.get(out_port)
                         if queue is None:
                             self._to_cpu_or_drop(out_port, out, in_port)
@@ -201,7 +210,7 @@ class DataPlane:
                     if fid is not None:
                         fid.events += count
                 now = monotonic()
-                wait = None
+                wait = self._release_delayed(now, busy) if self.delayed else None
                 for port in list(busy):
                     queue = egress[port]
                     if fid is not None and queue.due and now > queue.due:
@@ -213,6 +222,8 @@ class DataPlane:
                         wait = delay
                 if now >= next_link_poll:
                     self._poll_links()
+                    if self.faults_file is not None:
+                        self.read_faults()
                     next_link_poll = now + LINK_POLL_S
                 if now >= next_stats:
                     offset = wall_offset()  # follows a slewing wall clock
@@ -227,6 +238,47 @@ class DataPlane:
                 fid.close(drops_total=self.total_drops())
             if self.stats_file is not None:
                 self.write_stats()
+
+    def _release_delayed(self, now: float, busy: set[int]) -> float | None:
+        """Frames whose injected delay is over go to their queues; the time until the next is due."""
+        delayed = self.delayed
+        while delayed and delayed[0][0] <= now:
+            _, out_port, out, in_port = delayed.popleft()
+            queue = self.egress.get(out_port)
+            if queue is None:
+                self._to_cpu_or_drop(out_port, out, in_port)
+                continue
+            queue.enqueue(out, now)
+            if queue.queue:
+                busy.add(out_port)
+        return delayed[0][0] - now if delayed else None
+
+    def read_faults(self) -> None:
+        """Injected faults, when their file changed: {"delay_ms": D, "rates": {"PORT": MBPS}} — every
+        forwarded frame held D ms (a slow switch), and ports drained at MBPS instead of their rate
+        (a port running below its capacity; absent ports get their own back). A bad file is logged
+        and leaves the faults as they were."""
+        assert self.faults_file is not None
+        try:
+            mtime = self.faults_file.stat().st_mtime_ns
+        except FileNotFoundError:
+            mtime = None
+        if mtime == self._faults_seen:
+            return
+        self._faults_seen = mtime
+        try:
+            faults = json.loads(self.faults_file.read_text()) if mtime is not None else {}
+            delay_ms = float(faults.get("delay_ms", 0.0))
+            rates = {int(port): float(mbps) for port, mbps in faults.get("rates", {}).items()}
+            if delay_ms < 0 or any(mbps <= 0 or port not in self.specs for port, mbps in rates.items()):
+                raise ValueError(f"delay_ms must be >= 0, rates need ports of this switch and rates > 0: {faults}")
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            log.error("faults file %s: %s (faults unchanged)", self.faults_file, exc)
+            return
+        self.delay_s = delay_ms / 1000
+        for port, spec in self.specs.items():
+            self.egress[port].set_rate(rates.get(port, spec.rate_mbps))
+        log.warning("injected faults: processing delay %g ms, port rates %s", delay_ms, rates or "as configured")
 
     def total_drops(self) -> int:
         """Tail drops of all egress queues so far."""
@@ -269,9 +321,10 @@ class DataPlane:
         with pipeline.state.lock:
             for port in self.specs:
                 queue = self.egress[port]
+                lost = pipeline.lost_on_link.get(port, (0, 0))  # never received, as in starnet.p4
                 for key, value, target in (
-                    ("rxp", self.rx_pkts[port], pipeline.rx_packets),
-                    ("rxb", self.rx_bytes[port], pipeline.rx_bytes),
+                    ("rxp", self.rx_pkts[port] - lost[0], pipeline.rx_packets),
+                    ("rxb", self.rx_bytes[port] - lost[1], pipeline.rx_bytes),
                     ("txp", queue.tx_pkts, pipeline.tx_packets),
                     ("txb", queue.tx_bytes, pipeline.tx_bytes),
                 ):

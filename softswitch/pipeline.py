@@ -102,6 +102,9 @@ class Pipeline:
         # starnet.p4's register int_flow_seen: per flow slot, the signature of the last watched
         # flow that carried payload through this source (0: none).
         self.int_flow_seen = [0] * REPORT_FLOW_SLOTS
+        # Frames fault_inject dropped per ingress port, since start: in starnet.p4 they are lost
+        # before port_rx counts (a link's loss), so the data plane takes them off its rx counts.
+        self.lost_on_link: dict[int, list[int]] = {}  # port → [packets, bytes]
         self.bind(self.state)
 
     def bind(self, state: RuntimeState) -> None:
@@ -193,11 +196,8 @@ class Pipeline:
             if unusual is None:
                 return None
             key = unusual
-        # In starnet.p4's order: TTL, then fault_inject, then ipv4_lpm (no table walk for TTL 1).
+        # In starnet.p4's order: fault_inject (the link's loss, before anything else), TTL, ipv4_lpm.
         ttl = frame[22]
-        if ttl <= 1:
-            self.count_drop("ttl_expired", in_port, len(frame))
-            return None
         # The snapshot in force as this frame is handled: a write that lands during the walk below
         # publishes a new one, so this result goes into the old snapshot's cache, dropped with it,
         # and no later frame is forwarded by it.
@@ -212,6 +212,9 @@ class Pipeline:
         port, macs, drop_prob, sample_log2, sink, flow = result
         if drop_prob and self.rng.random() < drop_prob:
             self.count_drop("fault", in_port, len(frame))
+            return None
+        if ttl <= 1 and not (port == DROPPED and macs == "fault"):
+            self.count_drop("ttl_expired", in_port, len(frame))
             return None
         if port == DROPPED:
             self.count_drop(macs, in_port, len(frame))  # type: ignore[arg-type]
@@ -277,18 +280,17 @@ class Pipeline:
         if n < 14:
             self.count_drop("malformed", in_port, n)
             return None
-        if frame[12:14] == _PROBE:  # after fault_inject (IPv4 fields read 0), as in starnet.p4
+        if frame[12:14] != b"\x08\x00":  # no IPv4: fault_inject first (IPv4 fields read 0), as in starnet.p4
             fault = self.snapshot.fault_inject.lookup((in_port, 0, 0))
             action = fault.action if fault is not None else None
             if action is not None and (action.action_id == self.snapshot.fault_drop_id or (
                     action.action_id == self.snapshot.fault_drop_prob_id
                     and self.rng.random() < action.args[0] / 65536.0)):
                 self.count_drop("fault", in_port, n)
-            else:
+            elif frame[12:14] == _PROBE:
                 self.to_cpu(frame, in_port, REASON_PROBE)
-            return None
-        if frame[12] != 0x08 or frame[13] != 0x00:
-            self.count_drop("non_ipv4", in_port, n)
+            else:
+                self.count_drop("non_ipv4", in_port, n)
             return None
         vihl = frame[14] if n > 14 else 0
         ihl = (vihl & 0x0F) * 4
@@ -307,6 +309,10 @@ class Pipeline:
         index = DROP_INDEX[reason]
         self.reason_packets[index] += 1
         self.reason_bytes[index] += nbytes
+        if reason == "fault":
+            lost = self.lost_on_link.setdefault(in_port, [0, 0])
+            lost[0] += 1
+            lost[1] += nbytes
         if reason == "fault" and in_port < len(self.fault_drops):
             self.fault_drops[in_port] += 1
             self.fault_drop_bytes[in_port] += nbytes

@@ -73,6 +73,7 @@ class Testbed:
         self.controller_args = list(controller_args or [])
         self.int_sample_log2 = int_sample_log2
         self.mode = mode
+        self._faults: dict[str, dict] = {}  # switch → injected delay_ms and port rates (set_switch_faults)
         self.with_agents = agents
         self.agents: dict[str, subprocess.Popen] = {}
         self.topo = topo
@@ -305,6 +306,36 @@ class Testbed:
                                                                       percent=percent), timeout=5.0)
             except grpc.RpcError as exc:
                 raise TestbedError(f"loss {sender} {receiver}: {exc.details()}") from None
+        return began
+
+    def set_switch_faults(self, switch: str, delay_ms: float | None = None,
+                          rates: dict[str, float | None] | None = None) -> float:
+        """Injected faults on a switch: delay_ms holds every frame it forwards that long (a slow
+        switch; 0 clears); rates {neighbour: Mbit/s} drains its port toward that neighbour at that
+        rate (a port running below its capacity; None restores it). Returns the wall time."""
+        if not self.topo.is_switch(switch):
+            raise TestbedError(f"no switch {switch!r} in {self.topo.name}")
+        state = self._faults.setdefault(switch, {"delay_ms": 0.0, "rates": {}})
+        if delay_ms is not None:
+            if delay_ms < 0:
+                raise TestbedError(f"{switch}: a delay must be >= 0 ms, got {delay_ms:g}")
+            state["delay_ms"] = delay_ms
+        for neighbour, mbps in (rates or {}).items():
+            try:
+                port = self.topo.find_link(switch, neighbour).port_of(switch)
+            except ValueError as exc:
+                raise TestbedError(str(exc)) from None
+            if mbps is None:
+                state["rates"].pop(port, None)
+            elif mbps <= 0:
+                raise TestbedError(f"{switch} -> {neighbour}: a rate must be > 0 Mbit/s, got {mbps:g}")
+            else:
+                state["rates"][port] = mbps
+        began = self.now()
+        try:
+            self.switches[switch].process.set_faults(state["delay_ms"], dict(state["rates"]))
+        except NotImplementedError as exc:
+            raise TestbedError(f"{switch}: {exc}") from None
         return began
 
     def flap_link(self, a: str, b: str, count: int, period_s: float) -> list[float]:

@@ -9,6 +9,7 @@ alive and answer P4Runtime Capabilities; otherwise the error carries the tail of
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -150,6 +151,11 @@ class SwitchProcess:
         if self.proc is not None:
             forget_pid(self.run_dir, f"switch-{self.name}")
 
+    def set_faults(self, delay_ms: float, rates: dict[int, float]) -> None:
+        """Injected faults: every forwarded frame held delay_ms (a slow switch), ports drained at
+        rates[port] Mbit/s (below their capacity); what is absent goes back to normal."""
+        raise NotImplementedError
+
     def describe(self) -> dict:
         """What the controller needs to program this switch (written to switches.json)."""
         return {"grpc": self.grpc_address, "device_id": self.device_id, "kind": self.kind,
@@ -163,10 +169,20 @@ class SoftSwitchProcess(SwitchProcess):
     def stats_path(self) -> Path:
         return self.run_dir / "switches" / f"{self.name}.stats.json"
 
+    @property
+    def faults_path(self) -> Path:
+        return self.run_dir / "switches" / f"{self.name}.faults.json"
+
+    def set_faults(self, delay_ms: float, rates: dict[int, float]) -> None:
+        """Written for the switch to pick up (it looks every 50 ms), atomically."""
+        tmp = self.faults_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"delay_ms": delay_ms, "rates": {str(p): r for p, r in rates.items()}}))
+        tmp.replace(self.faults_path)
+
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "softswitch", "--device-id", str(self.device_id), "--name", self.name,
                "--grpc-server-addr", self.grpc_address, "--cpu-port", str(CPU_PORT),
-               "--stats-file", str(self.stats_path), "--seed", str(self.seed)]
+               "--stats-file", str(self.stats_path), "--seed", str(self.seed), "--faults-file", str(self.faults_path)]
         cmd += ["--fidelity-file", str(self.run_dir / FIDELITY_CSV)] if self.fidelity else ["--no-fidelity"]
         if self.fidelity_tolerance_ms is not None:
             cmd += ["--fidelity-tolerance-ms", str(self.fidelity_tolerance_ms)]
@@ -218,16 +234,34 @@ class Bmv2SwitchProcess(SwitchProcess):
         for port, _ in self.ports:
             rate, depth = self.shapes.get(port, (0.0, 64))
             if rate:
-                lines.append(f"set_queue_rate {max(1, int(rate * 1e6 / 8 / self.mean_pkt_bytes))} {port}")
+                lines.append(f"set_queue_rate {self._pps(rate)} {port}")
             lines.append(f"set_queue_depth {depth} {port}")
         return lines
 
+    def set_faults(self, delay_ms: float, rates: dict[int, float]) -> None:
+        """Port rates through Thrift (set_queue_rate); BMv2 has no knob for a processing delay."""
+        if delay_ms:
+            raise NotImplementedError("BMv2 has no processing-delay knob (the soft switch has one)")
+        lines = []
+        for port, _ in self.ports:
+            rate = rates.get(port, self.shapes.get(port, (0.0, 64))[0])
+            if rate:
+                lines.append(f"set_queue_rate {self._pps(rate)} {port}")
+        self._thrift(lines)
+
+    def _pps(self, rate_mbps: float) -> int:
+        """BMv2 queues drain in packets/s: the rate at mean_pkt_bytes."""
+        return max(1, int(rate_mbps * 1e6 / 8 / self.mean_pkt_bytes))
+
     def after_ready(self) -> None:
+        self._thrift(self.queue_commands())
+
+    def _thrift(self, lines: list[str]) -> None:
         cli = shutil.which("simple_switch_CLI")
         if cli is None:
             raise SwitchStartError(f"switch {self.name}: simple_switch_CLI not found to set queue rates")
         result = subprocess.run([cli, "--thrift-port", str(self.thrift_port)],
-                                input="\n".join(self.queue_commands()) + "\n",
+                                input="\n".join(lines) + "\n",
                                 capture_output=True, text=True, timeout=30)
         if result.returncode != 0:
             raise SwitchStartError(f"switch {self.name}: Thrift queue set-up failed: {result.stderr[-500:]}")

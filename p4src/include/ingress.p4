@@ -137,8 +137,25 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
     }
 
     apply {
-        port_rx.count((bit<32>)standard_metadata.ingress_port);
         meta.orig_ingress_port = (bit<16>)standard_metadata.ingress_port;
+        if (!hdr.packet_out.isValid()) {
+            // Injected loss is the link's: its frames are lost before the port counts them (so
+            // port_rx against the far end's port_tx shows the loss), probes included (they are
+            // how the controller finds a direction that loses frames with its carrier up).
+            // Entries for a link match the ingress port with the IPv4 fields wildcarded.
+            fault_inject.apply();
+            if (meta.fault != FAULT_NONE) {
+                bit<16> draw;
+                random(draw, 16w0, 16w0xFFFF);
+                if (meta.fault == FAULT_DROP || draw < meta.fault_prob_u16) {
+                    fault_drops.count((bit<32>)standard_metadata.ingress_port);
+                    drop_reason.count(DROP_FAULT);
+                    drop();
+                    exit;
+                }
+            }
+        }
+        port_rx.count((bit<32>)standard_metadata.ingress_port);
         if (standard_metadata.parser_error != error.NoError) {
             malformed.count((bit<32>)standard_metadata.ingress_port);
             drop_reason.count(DROP_MALFORMED);
@@ -161,20 +178,6 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
             }
             if (hdr.ipv4.ttl <= 1) {
                 drop_reason.count(DROP_TTL_EXPIRED);
-                drop();
-                exit;
-            }
-        }
-        // A link's injected loss takes its probes too: they are how the controller finds a
-        // direction that loses frames with its carrier up. Entries for a link's loss match the
-        // ingress port with the IPv4 fields wildcarded (a probe has no IPv4 header).
-        fault_inject.apply();
-        if (meta.fault != FAULT_NONE) {
-            bit<16> draw;
-            random(draw, 16w0, 16w0xFFFF);
-            if (meta.fault == FAULT_DROP || draw < meta.fault_prob_u16) {
-                fault_drops.count((bit<32>)standard_metadata.ingress_port);
-                drop_reason.count(DROP_FAULT);
                 drop();
                 exit;
             }

@@ -217,12 +217,15 @@ def test_fault_drop_drops_everything_it_matches_and_counts(switch):
     switch.write([ent.insert(entry)])
     try:
         before = counter(switch, "StarIngress.fault_drops", 1)[0]
+        rx_before = counter(switch, "StarIngress.port_rx", 1)[0]
         switch.drain()
         switch.send(1, udp("10.1.0.2"), count=50)
         switch.send(1, udp("10.1.0.3"), count=5)
         assert switch.receive(2, ours, timeout_s=0.7) == []
         assert len(switch.receive(3, ours, count=5)) == 5
         assert counter(switch, "StarIngress.fault_drops", 1)[0] - before == 50
+        # lost on the link: port_rx never saw them (its far end's port_tx did: that is the loss)
+        assert counter(switch, "StarIngress.port_rx", 1)[0] - rx_before == 5
     finally:
         switch.write([ent.delete(entry)])
 
@@ -315,11 +318,13 @@ def flood_kinds() -> list[tuple[int, bytes]]:
 
 
 def totals(h: SwitchHarness) -> tuple[int, int, dict[str, int]]:
-    """(rx packets, tx packets, drops by reason) summed over the ports, all read over P4Runtime."""
+    """(frames in, tx packets, drops by reason) summed over the ports, all read over P4Runtime. Frames
+    in = port_rx + fault drops: injected loss is the link's, lost before port_rx counts."""
     rx = sum(p for p, _ in h.session.call(h.session.s.read_counter("StarIngress.port_rx")).values())
     tx = sum(p for p, _ in h.session.call(h.session.s.read_counter("StarEgress.port_tx")).values())
     cells = h.session.call(h.session.s.read_counter(DROP_COUNTER))
-    return rx, tx, {reason: packets for reason, (packets, _) in by_reason(cells).items()}
+    drops = {reason: packets for reason, (packets, _) in by_reason(cells).items()}
+    return rx + drops.get("fault", 0), tx, drops
 
 
 def take_packet_ins(h: SwitchHarness) -> int:
