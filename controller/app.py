@@ -31,6 +31,7 @@ from controller.advice import MODES, AdviceLoop
 from controller.advisor import AdvisorParams
 from controller.faults import LinkLoss
 from controller.links import Change, LinkMonitor, parse_probe, probe_frame
+from controller.localizer import Localizer, Suspect
 from controller.p4rt_client import SwitchError, SwitchSession
 from controller.portstatus import watch_ports
 from controller.program import INT_SAMPLE_LOG2, RouteState, route_updates, switch_program
@@ -81,6 +82,11 @@ class Controller:
         self.route_state: dict[str, RouteState] = {}
         self._reroute_lock = asyncio.Lock()
         self.loss = LinkLoss(self.topo)
+        self.localizer = Localizer(self.topo)
+        self.localized_at = 0.0
+        self.diagnosis_log = (run_dir / "diagnosis.csv").open("a")
+        if self.diagnosis_log.tell() == 0:
+            self.diagnosis_log.write("time,target,fault,score,evidence\n")
         self._pending: set[asyncio.Task] = set()  # re-routes started by port events
         self.device_names = {self.plan.switches[s.name].device_id: s.name for s in self.topo.switches}
         self.timeline = (run_dir / "links.csv").open("a")
@@ -169,6 +175,47 @@ class Controller:
             raise
         log.warning("link %s -> %s: %.2f%% of frames lost (injected)", sender, receiver, installed)
         return installed
+
+    def diagnosis(self) -> tuple[list[Suspect], list[tuple[float, Suspect]], float]:
+        return self.localizer.ranked(), list(self.localizer.alerts), self.localized_at
+
+    async def _counters(self) -> dict[tuple[str, int], tuple[int, int, int]]:
+        """Every switch port's (rx packets, tx packets, tx bytes), read over P4Runtime."""
+        names = [n for n, s in self.sessions.items() if s.is_primary.is_set()]
+
+        async def one(name: str) -> tuple[dict, dict]:
+            session = self.sessions[name]
+            return await session.read_counter("StarIngress.port_rx"), await session.read_counter("StarEgress.port_tx")
+
+        results = await asyncio.gather(*(one(n) for n in names), return_exceptions=True)
+        counters = {}
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("localiser: %s's counters unread: %s", name, result)
+                continue
+            rx, tx = result
+            for port in set(rx) | set(tx):
+                counters[(name, port)] = (rx.get(port, (0, 0))[0], *tx.get(port, (0, 0)))
+        return counters
+
+    async def _localize(self, period_s: float = 1.0) -> None:
+        """Every second: counters, link states and INT into the localiser; its alerts into the log
+        and diagnosis.csv."""
+        while not self.stopping.is_set():
+            await asyncio.sleep(period_s)
+            counters = await self._counters()
+            snap = self.collector.snapshot()
+            now = time.monotonic()
+            queues = {(view.switch, view.port): view.standing_queue_pkts for view in snap.ports.values()
+                      if now - view.updated < 2.0}
+            alerts = len(self.localizer.alerts)
+            wall = time.time()
+            self.localizer.update(wall, counters, set(self.down), self.collector.take_latency_lows(), queues)
+            self.localized_at = wall
+            for at, s in self.localizer.alerts[alerts:]:
+                log.warning("localiser: %s (%s, score %.2f): %s", s.target, s.fault, s.score, s.evidence)
+                self.diagnosis_log.write(f"{at:.3f},{s.target},{s.fault},{s.score:.3f},\"{s.evidence}\"\n")
+            self.diagnosis_log.flush()
 
     async def _watch_carriers(self, monitor: LinkMonitor) -> None:
         """Fabric ports' carrier (netlink): a lost one re-routes at once, before any probe is missed."""
@@ -307,6 +354,7 @@ class Controller:
                                        self.probe_misses, self.hold_down_s)
             watchers.append(asyncio.create_task(self._probe(self.monitor)))
             watchers.append(asyncio.create_task(self._watch_carriers(self.monitor)))
+        watchers.append(asyncio.create_task(self._localize()))
         if self.loop_lag is not None:
             watchers.append(asyncio.create_task(watch_loop_lag(self.loop_lag, self.stopping)))
         await self.stopping.wait()
@@ -319,6 +367,7 @@ class Controller:
         self.collector.close()
         self.advice.close()
         self.timeline.close()
+        self.diagnosis_log.close()
 
 
 def main(argv: list[str] | None = None) -> int:

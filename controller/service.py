@@ -11,6 +11,7 @@ import grpc
 
 from controller.advice import AdviceError, AdviceLoop
 from controller.faults import FaultError
+from controller.localizer import Suspect
 from controller.p4rt_client import SwitchError
 from controller.telemetry import Collector
 from wire import advice_pb2 as pb
@@ -21,7 +22,16 @@ T = TypeVar("T")
 
 
 class Faults(Protocol):
+    """What the controller offers beside advice: injected loss and fault localisation."""
+
     async def set_link_loss(self, sender: str, receiver: str, percent: float) -> float: ...
+
+    def diagnosis(self) -> tuple[list[Suspect], list[tuple[float, Suspect]], float]: ...
+
+
+def suspect_message(s: Suspect) -> pb.Suspect:
+    return pb.Suspect(target=s.target, fault=s.fault, score=s.score, evidence=s.evidence, since=s.since,
+                      alert=s.alert)
 
 
 def state_message(collector: Collector, request: pb.GetStateRequest, now: float | None = None) -> pb.State:
@@ -113,6 +123,14 @@ class AdviceService(pb_grpc.AdviceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         return pb.LinkLossReply(percent=percent)
 
+    async def Diagnose(self, request: pb.DiagnoseRequest, context: grpc.aio.ServicerContext) -> pb.Diagnosis:  # noqa: N802
+        if self.faults is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this controller does not localise faults")
+        assert self.faults is not None
+        suspects, alerts, updated = self.faults.diagnosis()
+        return pb.Diagnosis(suspects=[suspect_message(s) for s in suspects],
+                            alerts=[pb.Alert(time=t, suspect=suspect_message(s)) for t, s in alerts], updated=updated)
+
     @staticmethod
     async def _call(context: grpc.aio.ServicerContext, method: Callable[..., T], *args: Any) -> T:
         try:
@@ -146,6 +164,12 @@ async def start_server(run_dir: Path, collector: Collector, loop: AdviceLoop,
 def channel(run_dir: Path) -> grpc.Channel:
     """A channel to the controller of the run in `run_dir`."""
     return grpc.insecure_channel((run_dir / "controller.addr").read_text().strip())
+
+
+def diagnose(run_dir: Path, timeout_s: float = 3.0) -> pb.Diagnosis:
+    """Synchronous Diagnose for the CLI, the evaluation and tests."""
+    with channel(run_dir) as ch:
+        return pb_grpc.AdviceStub(ch).Diagnose(pb.DiagnoseRequest(), timeout=timeout_s)
 
 
 def get_state(run_dir: Path, switch: str = "", port: int = 0, include_flows: bool = False,

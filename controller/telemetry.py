@@ -150,6 +150,7 @@ class Collector:
         self.lateness = lateness
         self.max_age_s = max_age_s
         self._ports: dict[LinkId, PortState] = {}
+        self._latency_low: dict[tuple[str, int], tuple[int, int]] = {}  # lowest hop latency µs, its queue
         self._flows: dict[FlowKey, FlowPath] = {}
         self.reports = 0
         self.bad_reports = 0
@@ -228,6 +229,9 @@ class Collector:
                 recent.popleft()
         if hop.hop_latency_us != UNKNOWN32:
             state.hop_latency_us = hop.hop_latency_us
+            low = self._latency_low.get((switch, hop.egress_port))
+            if low is None or hop.hop_latency_us < low[0]:
+                self._latency_low[(switch, hop.egress_port)] = (hop.hop_latency_us, hop.queue_occupancy_pkts)
         state.capacity_mbps = hop.capacity_mbps
         if state._ts_us is not None and state._tx_bytes is not None and hop.egress_ts_us > state._ts_us:
             interval = hop.egress_ts_us - state._ts_us
@@ -243,6 +247,13 @@ class Collector:
                                    state.hop_latency_us,
                                    "" if state.tx_rate_mbps is None else f"{state.tx_rate_mbps:.3f}",
                                    "" if state.utilisation is None else f"{state.utilisation:.4f}"])
+
+    def take_latency_lows(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Per (switch, egress port), the lowest hop latency (µs) INT reported since the last call,
+        with the queue (packets) that hop saw: a switch that holds every frame shows it even in its
+        fastest one (controller/localizer.py)."""
+        lows, self._latency_low = self._latency_low, {}
+        return lows
 
     def expire(self, now: float | None = None) -> int:
         """Drop state not refreshed within max_age_s; return how many entries went."""

@@ -307,6 +307,65 @@ class StarNetCLI(CLI):
                           f"{words[0]} -> {words[1]}: no injected loss")
         self.stdout.write("\n")
 
+    def do_slow(self, line: str) -> None:
+        """slow SWITCH MS: every frame SWITCH forwards is held MS ms (a slow switch; soft switch only);
+        slow SWITCH 0 clears it."""
+        words = line.split()
+        try:
+            delay = float(words[1]) if len(words) == 2 else None
+        except ValueError:
+            delay = None
+        if delay is None:
+            self.stdout.write("slow: give a switch and a delay in ms, e.g. slow s3 5 (slow s3 0 clears)\n")
+            return
+        try:
+            self.tb.set_switch_faults(words[0], delay_ms=delay)
+        except TestbedError as exc:
+            self.stdout.write(f"slow: {exc}\n")
+            return
+        self.stdout.write(f"{words[0]}: every frame held {delay:g} ms\n" if delay else f"{words[0]}: no added delay\n")
+
+    def do_rate(self, line: str) -> None:
+        """rate A B MBPS: A's port toward B drains at MBPS (a port running below its capacity);
+        rate A B off restores it."""
+        words = line.split()
+        try:
+            mbps = None if len(words) == 3 and words[2] == "off" else float(words[2]) if len(words) == 3 else -1.0
+        except ValueError:
+            mbps = -1.0
+        if mbps is not None and mbps <= 0:
+            self.stdout.write("rate: give a switch, its neighbour and Mbit/s, e.g. rate s3 s1 10 (rate s3 s1 off)\n")
+            return
+        try:
+            self.tb.set_switch_faults(words[0], rates={words[1]: mbps})
+        except TestbedError as exc:
+            self.stdout.write(f"rate: {exc}\n")
+            return
+        self.stdout.write(f"{words[0]} -> {words[1]}: {'as configured' if mbps is None else f'{mbps:g} Mbit/s'}\n")
+
+    def do_diagnose(self, line: str) -> None:
+        """diagnose: the controller's fault localisation now: suspects, strongest first, with evidence,
+        and the alerts it raised."""
+        from controller.service import diagnose
+
+        try:
+            d = diagnose(self.tb.run_dir)
+        except grpc.RpcError as exc:
+            self.stdout.write(f"diagnose: the controller did not answer: {exc.details()}\n")
+            return
+        if not d.updated:
+            self.stdout.write("diagnose: no localisation yet (it runs every second)\n")
+            return
+        if not d.suspects:
+            self.stdout.write("no suspects: counters, link states and INT show nothing wrong\n")
+        for i, s in enumerate(d.suspects, 1):
+            flag = "ALERT" if s.alert else "     "
+            self.stdout.write(f"{i:2}. {flag} {s.target:14} {s.fault:12} score {s.score:.2f}, for "
+                              f"{max(0.0, d.updated - s.since):.0f} s: {s.evidence}\n")
+        for a in d.alerts[-5:]:
+            at = time.strftime("%H:%M:%S", time.localtime(a.time))
+            self.stdout.write(f"  alert at {at}: {a.suspect.target} ({a.suspect.fault})\n")
+
     def do_flap(self, line: str) -> None:
         """flap A B [COUNT [PERIOD_S]]: take the link A-B down and up COUNT times (default 10), one
         cycle every PERIOD_S (default 0.5 s); then the controller's view of it."""

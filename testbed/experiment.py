@@ -281,6 +281,17 @@ def _apply_faults(tb: Testbed, faults: list[Fault], start: float, applied: list[
                 progress(f"fault: {exc}")
                 continue
             what = f"loss {fault.percent:g}% {a} -> {b}"
+        elif fault.kind in ("rate", "delay"):
+            try:
+                at = (tb.set_switch_faults(a, rates={b: fault.mbps or None}) if fault.kind == "rate"
+                      else tb.set_switch_faults(a, delay_ms=fault.delay_ms))
+            except TestbedError as exc:
+                applied.append({"at_s": fault.at_s, "kind": fault.kind, "link": [a, b], "error": str(exc)})
+                progress(f"fault: {exc}")
+                continue
+            what = (f"rate {a} -> {b} {fault.mbps:g} Mbit/s" if fault.kind == "rate" and fault.mbps
+                    else f"rate {a} -> {b} restored" if fault.kind == "rate"
+                    else f"delay {a} {fault.delay_ms:g} ms")
         elif fault.kind == "flap":
             at = tb.now()
             progress(f"fault: flap {a}-{b} {fault.count} times every {fault.period_s:g} s from {fault.at_s:g} s")
@@ -291,7 +302,9 @@ def _apply_faults(tb: Testbed, faults: list[Fault], start: float, applied: list[
             what = f"{fault.kind} {a}-{b}"
         applied.append({"at_s": fault.at_s, "kind": fault.kind, "link": [a, b], "time": at,
                         **({"percent": fault.percent} if fault.kind == "loss" else {}),
-                        **({"count": fault.count, "period_s": fault.period_s} if fault.kind == "flap" else {})})
+                        **({"count": fault.count, "period_s": fault.period_s} if fault.kind == "flap" else {}),
+                        **({"mbps": fault.mbps} if fault.kind == "rate" else {}),
+                        **({"delay_ms": fault.delay_ms} if fault.kind == "delay" else {})})
         progress(f"fault: {what} at {fault.at_s:g} s")
 
 

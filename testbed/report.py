@@ -105,6 +105,10 @@ def fault_text(fault: dict) -> str:
         what = f"{fault['kind']} {a} -> {b} not applied: {fault['error']}"
     elif fault["kind"] == "loss":
         what = f"loss {fault['percent']:g}% of frames {a} -> {b}" if fault["percent"] else f"loss {a} -> {b} cleared"
+    elif fault["kind"] == "rate":
+        what = f"rate {a} -> {b} {fault['mbps']:g} Mbit/s" if fault["mbps"] else f"rate {a} -> {b} restored"
+    elif fault["kind"] == "delay":
+        what = f"delay {a} {fault['delay_ms']:g} ms" if fault["delay_ms"] else f"delay {a} cleared"
     elif fault["kind"] == "flap":
         what = f"flap {a}-{b} {fault['count']} times, every {fault['period_s']:g} s"
     else:

@@ -22,6 +22,8 @@
       - {at_s: 9, kind: link_up, link: [s3, s1]}
       - {at_s: 12, kind: loss, link: [s1, s4], percent: 100}  # frames from s1 to s4 only; 0 clears
       - {at_s: 15, kind: flap, link: [s4, s2], count: 10, period_s: 0.5}  # down and up, 10 times
+      - {at_s: 20, kind: rate, link: [s3, s1], mbps: 10}   # s3's port to s1 drains at 10 Mbit/s; 0 restores
+      - {at_s: 25, kind: delay, switch: s2, delay_ms: 5}  # s2 holds every frame 5 ms; 0 clears
 
 `load_scenario` checks everything against the topology before anything starts and names the
 field of the first problem (``jobs[1].hosts: no host 'h99' in leafspine-2x2x4``).
@@ -46,7 +48,7 @@ from workloads.allreduce.schedule import ALGORITHMS
 from workloads.hosts import parse_size
 
 JOB_KINDS = ("allreduce", "incast", "background")
-FAULT_KINDS = ("link_down", "link_up", "loss", "flap")
+FAULT_KINDS = ("link_down", "link_up", "loss", "flap", "rate", "delay")
 DATAPLANES = ("soft", "bmv2", "auto")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,10 +77,12 @@ class JobSpecification:
 class Fault:
     at_s: float
     kind: str
-    link: tuple[str, str]  # loss: (sender, receiver)
+    link: tuple[str, str]  # loss: (sender, receiver); rate: (switch, neighbour); delay: (switch, switch)
     percent: float = 0.0  # loss: share of the sender's frames lost (0 clears)
     count: int = 0  # flap: down-up cycles
     period_s: float = 0.0  # flap: one cycle (down for half of it)
+    mbps: float = 0.0  # rate: the port's drain rate (0 restores its own)
+    delay_ms: float = 0.0  # delay: every frame held this long (0 clears)
 
 
 @dataclass
@@ -285,8 +289,16 @@ class _Reader:
 
     def fault(self, value: Any, where: str, topo: Topology, duration: float) -> Fault:
         kind = value.get("kind") if isinstance(value, dict) else None
-        fields = {"loss": {"percent"}, "flap": {"count", "period_s"}}
+        fields = {"loss": {"percent"}, "flap": {"count", "period_s"}, "rate": {"mbps"}}
         extra = fields.get(kind, set()) if isinstance(kind, str) else set()
+        if kind == "delay":
+            d = self.mapping(value, where, {"at_s", "kind", "switch", "delay_ms"})
+            at = float(self.number(d.get("at_s"), f"{where}.at_s", 0, duration))
+            switch = d.get("switch")
+            if not isinstance(switch, str) or not topo.is_switch(switch):
+                raise self.fail(f"{where}.switch", f"no switch {switch!r} in {topo.name}")
+            return Fault(at, kind, (switch, switch),
+                         delay_ms=float(self.number(d.get("delay_ms"), f"{where}.delay_ms", 0, 1000)))
         d = self.mapping(value, where, {"at_s", "kind", "link"} | extra)
         if kind not in FAULT_KINDS:
             raise self.fail(f"{where}.kind", f"{kind!r} is not one of {', '.join(FAULT_KINDS)}")
@@ -303,6 +315,10 @@ class _Reader:
             if not topo.is_switch(link[1]):
                 raise self.fail(f"{where}.link", f"frames are lost on their way into a switch: {link[1]} is not one")
             fault.percent = float(self.number(d.get("percent"), f"{where}.percent", 0, 100))
+        elif kind == "rate":
+            if not topo.is_switch(link[0]):
+                raise self.fail(f"{where}.link", f"a rate is a switch port's: {link[0]} is not a switch")
+            fault.mbps = float(self.number(d.get("mbps"), f"{where}.mbps", 0, 100_000))
         elif kind == "flap":
             fault.count = int(self.number(d.get("count"), f"{where}.count", 1, 1000, integer=True))
             fault.period_s = float(self.number(d.get("period_s"), f"{where}.period_s", 0.02, duration))

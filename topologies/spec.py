@@ -81,6 +81,10 @@ class Link:
     def port_of(self, node: str) -> int:
         return self.a_port if node == self.a else self.b_port
 
+    def directions(self) -> tuple[tuple[str, int, str, int], tuple[str, int, str, int]]:
+        """Both directions as (sender, its port, receiver, its port)."""
+        return (self.a, self.a_port, self.b, self.b_port), (self.b, self.b_port, self.a, self.a_port)
+
 
 @dataclass
 class Topology:

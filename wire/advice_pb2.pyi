@@ -350,6 +350,112 @@ class LinkLossReply(_message.Message):
 Global___LinkLossReply: _TypeAlias = LinkLossReply  # noqa: Y015
 
 @_typing.final
+class DiagnoseRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DiagnoseRequest: _TypeAlias = DiagnoseRequest  # noqa: Y015
+
+@_typing.final
+class Suspect(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TARGET_FIELD_NUMBER: _builtins.int
+    FAULT_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    EVIDENCE_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    ALERT_FIELD_NUMBER: _builtins.int
+    target: _builtins.str
+    """"link s1-s3" or "switch s3" """
+    fault: _builtins.str
+    """down | loss | slow-port | slow-switch"""
+    score: _builtins.float
+    """0..1"""
+    evidence: _builtins.str
+    since: _builtins.float
+    """wall time (s) it was first seen"""
+    alert: _builtins.bool
+    """seen long enough to alert"""
+    def __init__(
+        self,
+        *,
+        target: _builtins.str = ...,
+        fault: _builtins.str = ...,
+        score: _builtins.float = ...,
+        evidence: _builtins.str = ...,
+        since: _builtins.float = ...,
+        alert: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert", b"alert", "evidence", b"evidence", "fault", b"fault", "score", b"score", "since", b"since", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Suspect: _TypeAlias = Suspect  # noqa: Y015
+
+@_typing.final
+class Alert(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIME_FIELD_NUMBER: _builtins.int
+    SUSPECT_FIELD_NUMBER: _builtins.int
+    time: _builtins.float
+    """wall time (s) it was raised"""
+    @_builtins.property
+    def suspect(self) -> Global___Suspect: ...
+    def __init__(
+        self,
+        *,
+        time: _builtins.float = ...,
+        suspect: Global___Suspect | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["suspect", b"suspect"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["suspect", b"suspect", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Alert: _TypeAlias = Alert  # noqa: Y015
+
+@_typing.final
+class Diagnosis(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUSPECTS_FIELD_NUMBER: _builtins.int
+    ALERTS_FIELD_NUMBER: _builtins.int
+    UPDATED_FIELD_NUMBER: _builtins.int
+    updated: _builtins.float
+    """wall time (s) of the last localisation tick (0: none yet)"""
+    @_builtins.property
+    def suspects(self) -> _containers.RepeatedCompositeFieldContainer[Global___Suspect]: ...
+    @_builtins.property
+    def alerts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Alert]: ...
+    def __init__(
+        self,
+        *,
+        suspects: _abc.Iterable[Global___Suspect] | None = ...,
+        alerts: _abc.Iterable[Global___Alert] | None = ...,
+        updated: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alerts", b"alerts", "suspects", b"suspects", "updated", b"updated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Diagnosis: _TypeAlias = Diagnosis  # noqa: Y015
+
+@_typing.final
 class ModeReply(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -69,6 +69,11 @@ class AdviceStub(object):
                 request_serializer=wire_dot_advice__pb2.LinkLossRequest.SerializeToString,
                 response_deserializer=wire_dot_advice__pb2.LinkLossReply.FromString,
                 _registered_method=True)
+        self.Diagnose = channel.unary_unary(
+                '/starnet.advice.v1.Advice/Diagnose',
+                request_serializer=wire_dot_advice__pb2.DiagnoseRequest.SerializeToString,
+                response_deserializer=wire_dot_advice__pb2.Diagnosis.FromString,
+                _registered_method=True)
 
 
 class AdviceServicer(object):
@@ -124,6 +129,13 @@ class AdviceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Diagnose(self, request, context):
+        """Fault localisation: the suspects now, strongest first, with their evidence, and the alerts so far.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdviceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -161,6 +173,11 @@ def add_AdviceServicer_to_server(servicer, server):
                     servicer.SetLinkLoss,
                     request_deserializer=wire_dot_advice__pb2.LinkLossRequest.FromString,
                     response_serializer=wire_dot_advice__pb2.LinkLossReply.SerializeToString,
+            ),
+            'Diagnose': grpc.unary_unary_rpc_method_handler(
+                    servicer.Diagnose,
+                    request_deserializer=wire_dot_advice__pb2.DiagnoseRequest.FromString,
+                    response_serializer=wire_dot_advice__pb2.Diagnosis.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -352,6 +369,33 @@ class Advice(object):
             '/starnet.advice.v1.Advice/SetLinkLoss',
             wire_dot_advice__pb2.LinkLossRequest.SerializeToString,
             wire_dot_advice__pb2.LinkLossReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Diagnose(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/starnet.advice.v1.Advice/Diagnose',
+            wire_dot_advice__pb2.DiagnoseRequest.SerializeToString,
+            wire_dot_advice__pb2.Diagnosis.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,8 @@ class AdviceStub:
     """Frame loss on one direction of a fabric link (percent 0 clears it): the receiving switch's
     fault_inject drops that share of every frame the link brings it, the controller's probes too.
     """
+    Diagnose: _grpc.UnaryUnaryMultiCallable[_advice_pb2.DiagnoseRequest, _advice_pb2.Diagnosis]
+    """Fault localisation: the suspects now, strongest first, with their evidence, and the alerts so far."""
 
 @_typing.type_check_only
 class AdviceAsyncStub(AdviceStub):
@@ -72,6 +74,8 @@ class AdviceAsyncStub(AdviceStub):
     """Frame loss on one direction of a fabric link (percent 0 clears it): the receiving switch's
     fault_inject drops that share of every frame the link brings it, the controller's probes too.
     """
+    Diagnose: _aio.UnaryUnaryMultiCallable[_advice_pb2.DiagnoseRequest, _advice_pb2.Diagnosis]  # type: ignore[assignment]
+    """Fault localisation: the suspects now, strongest first, with their evidence, and the alerts so far."""
 
 class AdviceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -131,5 +135,13 @@ class AdviceServicer(metaclass=_abc_1.ABCMeta):
         """Frame loss on one direction of a fabric link (percent 0 clears it): the receiving switch's
         fault_inject drops that share of every frame the link brings it, the controller's probes too.
         """
+
+    @_abc_1.abstractmethod
+    def Diagnose(
+        self,
+        request: _advice_pb2.DiagnoseRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_advice_pb2.Diagnosis, _abc.Awaitable[_advice_pb2.Diagnosis]]:
+        """Fault localisation: the suspects now, strongest first, with their evidence, and the alerts so far."""
 
 def add_AdviceServicer_to_server(servicer: AdviceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,164 @@
+"""Fault localisation (the Lingjing analogue): every second, rank the links and switches that explain
+what the fabric shows, with the evidence, and raise an alert for a suspect that persists.
+
+Evidence, per kind of fault:
+- a link that is down: its carrier or its probes (controller/links.py);
+- a link direction that loses frames: the sender's port_tx against the receiver's port_rx over the
+  last `window` seconds (P4Runtime counters; injected or real loss happens before port_rx counts);
+- a port that drains below its capacity: its tx rate (counters) well under the link's capacity
+  while INT shows a standing queue there (a congested healthy port drains at its capacity);
+- a switch that holds frames: the lowest hop latency INT reported on its ports over a second, less
+  the queueing its queue explains, stays high on most of its busy ports.
+
+Targets are what a fault is pinned to: ``link s1-s3`` (ends sorted) or ``switch s3``. Pure logic fed
+with readings and times; the controller drives it (controller/app.py), the tests drive it with data.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from topologies.spec import Topology
+
+Port = tuple[str, int]  # (switch, port)
+Counters = dict[Port, tuple[int, int, int]]  # rx packets, tx packets, tx bytes (cumulative)
+FRAME_BITS = 1500 * 8
+
+
+@dataclass
+class Suspect:
+    target: str  # "link s1-s3" | "switch s3"
+    fault: str  # down | loss | slow-port | slow-switch
+    score: float  # 0..1, how strongly the evidence points here
+    evidence: str
+    since: float = 0.0  # wall time it was first seen in this run of ticks
+    ticks: int = 1  # consecutive ticks it was seen
+    alert: bool = False
+
+
+@dataclass
+class Params:
+    window: int = 3  # ticks (seconds) of counters a loss is computed over
+    persist: int = 2  # consecutive ticks before a suspect is an alert
+    loss_min: float = 0.01  # a direction losing at least this share of what was sent
+    loss_min_packets: int = 300  # ... of at least this many frames in the window
+    slow_port_ratio: float = 0.75  # tx rate below this share of capacity ...
+    slow_port_queue: int = 8  # ... with at least this standing queue (packets)
+    slow_switch_us: float = 2000.0  # lowest hop latency above what its queue explains
+    slow_switch_share: float = 0.6  # ... on at least this share of its ports INT saw
+
+
+@dataclass
+class Localizer:
+    topo: Topology
+    params: Params = field(default_factory=Params)
+
+    def __post_init__(self) -> None:
+        self.history: deque[tuple[float, Counters]] = deque(maxlen=self.params.window + 1)
+        self.suspects: dict[tuple[str, str], Suspect] = {}
+        self.alerts: list[tuple[float, Suspect]] = []  # (time raised, the suspect then)
+        # fabric link directions: (sender end, receiver end, capacity Mbit/s)
+        self.directions: list[tuple[Port, Port, float]] = []
+        self.capacity: dict[Port, float] = {}
+        self.peer: dict[Port, str] = {}
+        for link in self.topo.links:
+            ends = ((link.a, link.a_port, link.b, link.b_port), (link.b, link.b_port, link.a, link.a_port))
+            for a, ap, b, bp in ends:
+                if self.topo.is_switch(a):
+                    self.capacity[(a, ap)] = link.capacity_mbps
+                    self.peer[(a, ap)] = b
+                    if self.topo.is_switch(b):
+                        self.directions.append(((a, ap), (b, bp), link.capacity_mbps))
+
+    @staticmethod
+    def link_target(a: str, b: str) -> str:
+        return f"link {'-'.join(sorted((a, b)))}"
+
+    def update(self, now: float, counters: Counters, down: set[frozenset[str]],
+               latency_lows: dict[Port, tuple[int, int]], standing_queues: dict[Port, int]) -> list[Suspect]:
+        """One tick: the ranked suspects now (alerts flagged)."""
+        self.history.append((now, counters))
+        found: list[Suspect] = []
+        for link in sorted(down, key=sorted):
+            a, b = sorted(link)
+            found.append(Suspect(self.link_target(a, b), "down", 1.0, "carrier lost or probes missing (links.csv)"))
+        found += self._loss()
+        found += self._slow_ports(standing_queues)
+        found += self._slow_switches(latency_lows)
+        merged: dict[tuple[str, str], Suspect] = {}
+        for s in found:  # one suspect per target and fault: the strongest evidence
+            key = (s.target, s.fault)
+            if key not in merged or s.score > merged[key].score:
+                merged[key] = s
+        current = {}
+        for key, s in merged.items():
+            before = self.suspects.get(key)
+            s.since = before.since if before else now
+            s.ticks = before.ticks + 1 if before else 1
+            s.alert = s.ticks >= self.params.persist
+            if s.alert and not (before and before.alert):
+                self.alerts.append((now, s))
+            current[key] = s
+        self.suspects = current
+        return self.ranked()
+
+    def ranked(self) -> list[Suspect]:
+        return sorted(self.suspects.values(), key=lambda s: (-s.alert, -s.score, s.target))
+
+    def _loss(self) -> list[Suspect]:
+        if len(self.history) < 2:
+            return []
+        (t0, old), (t1, new) = self.history[0], self.history[-1]
+        out = []
+        for sender, receiver, _ in self.directions:
+            if sender not in old or sender not in new or receiver not in old or receiver not in new:
+                continue
+            sent = new[sender][1] - old[sender][1]
+            got = new[receiver][0] - old[receiver][0]
+            if sent < self.params.loss_min_packets:
+                continue
+            loss = 1 - got / sent
+            if loss >= self.params.loss_min:
+                out.append(Suspect(self.link_target(sender[0], receiver[0]), "loss",
+                                   min(1.0, 0.5 + loss * 5),
+                                   f"{sender[0]} -> {receiver[0]}: {sent - got} of {sent} frames lost "
+                                   f"({100 * loss:.1f}%) over {t1 - t0:.0f} s (port_tx {sender[0]}:{sender[1]} "
+                                   f"vs port_rx {receiver[0]}:{receiver[1]})"))
+        return out
+
+    def _slow_ports(self, standing_queues: dict[Port, int]) -> list[Suspect]:
+        if len(self.history) < 2:
+            return []
+        (t0, old), (t1, new) = self.history[-2], self.history[-1]
+        out = []
+        for port, queue in standing_queues.items():
+            capacity = self.capacity.get(port)
+            if not capacity or queue < self.params.slow_port_queue or port not in old or port not in new:
+                continue
+            rate = (new[port][2] - old[port][2]) * 8 / max(t1 - t0, 1e-3) / 1e6
+            if rate < self.params.slow_port_ratio * capacity:
+                out.append(Suspect(self.link_target(port[0], self.peer[port]), "slow-port",
+                                   min(1.0, 0.4 + 0.6 * (1 - rate / capacity)),
+                                   f"{port[0]}:{port[1]} -> {self.peer[port]} drains {rate:.1f} of {capacity:g} "
+                                   f"Mbit/s with a standing queue of {queue} packets"))
+        return out
+
+    def _slow_switches(self, latency_lows: dict[Port, tuple[int, int]]) -> list[Suspect]:
+        by_switch: dict[str, list[float]] = {}
+        for port, (low_us, queue) in latency_lows.items():
+            capacity = self.capacity.get(port)
+            if not capacity:
+                continue
+            queue = queue if queue < 0xFFFFFF else 0  # all-ones: the target could not tell
+            by_switch.setdefault(port[0], []).append(low_us - queue * FRAME_BITS / capacity)
+        out = []
+        for switch, excess in sorted(by_switch.items()):
+            slow = [e for e in excess if e >= self.params.slow_switch_us]
+            if len(slow) >= max(1, self.params.slow_switch_share * len(excess)):
+                typical = statistics.median(excess)
+                out.append(Suspect(f"switch {switch}", "slow-switch", min(1.0, 0.4 + typical / 20_000),
+                                   f"hop latency at least {typical / 1000:.1f} ms more than its queues explain on "
+                                   f"{len(slow)} of {len(excess)} ports (INT, fastest frame of the second)"))
+        return out

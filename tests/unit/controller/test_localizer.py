@@ -1,0 +1,74 @@
+"""Fault localisation from readings (controller/localizer.py): each kind of evidence pins its fault,
+a suspect becomes an alert only when it persists, and a healthy busy fabric raises none."""
+
+from __future__ import annotations
+
+from controller.localizer import Localizer
+from topologies import leafspine
+
+TOPO = leafspine()  # 20 Mbit/s links
+S3_S1 = TOPO.find_link("s3", "s1")
+P31, P13 = S3_S1.port_of("s3"), S3_S1.port_of("s1")
+
+
+def busy(t: float, lost: float = 0.0, s3_rate_mbps: float = 18.0) -> dict:
+    """Cumulative counters after t seconds of every fabric direction carrying 1,500 frames/s (1500 B);
+    s3 -> s1 sends at s3_rate_mbps and loses `lost` of it before s1's port_rx."""
+    counters = {}
+    for link in TOPO.links:
+        if TOPO.is_switch(link.a) and TOPO.is_switch(link.b):
+            ends = ((link.a, link.a_port, link.b, link.b_port), (link.b, link.b_port, link.a, link.a_port))
+            for a, ap, b, bp in ends:
+                pps = (s3_rate_mbps * 1e6 / 12000) if (a, b) == ("s3", "s1") else 1500
+                sent = int(pps * t)
+                got = int(sent * (1 - lost)) if (a, b) == ("s3", "s1") else sent
+                rx, tx, txb = counters.get((b, bp), (0, 0, 0))
+                counters[(b, bp)] = (rx + got, tx, txb)
+                rx, tx, txb = counters.get((a, ap), (0, 0, 0))
+                counters[(a, ap)] = (rx, tx + sent, txb + sent * 1500)
+    return counters
+
+
+def run(loc: Localizer, seconds: int, start: int = 0, **kw) -> list:
+    out = []
+    for t in range(start, start + seconds):
+        out = loc.update(float(t), busy(float(t), **{k: v for k, v in kw.items() if k in ("lost", "s3_rate_mbps")}),
+                         kw.get("down", set()), kw.get("lows", {}), kw.get("queues", {}))
+    return out
+
+
+def test_a_healthy_busy_fabric_has_no_suspect():
+    loc = Localizer(TOPO)
+    lows = {(s.name, p): (300, 2) for s in TOPO.switches for p in (1, 2)}
+    assert run(loc, 6, lows=lows, queues={("s3", P31): 20}) == [] and loc.alerts == []
+
+
+def test_a_lossy_direction_is_pinned_to_its_link_from_counters_and_alerts_when_it_persists():
+    loc = Localizer(TOPO)
+    run(loc, 3)
+    first = loc.update(3.0, busy(3.0, lost=0.02), set(), {}, {})
+    assert [(s.target, s.fault, s.alert) for s in first] == [("link s1-s3", "loss", False)]
+    top = run(loc, 2, start=4, lost=0.02)[0]
+    assert (top.target, top.alert) == ("link s1-s3", True) and "s3 -> s1" in top.evidence
+    assert [s.target for _, s in loc.alerts] == ["link s1-s3"]
+
+
+def test_a_port_draining_below_capacity_with_a_queue_is_a_slow_link():
+    loc = Localizer(TOPO)
+    top = run(loc, 3, s3_rate_mbps=9.0, queues={("s3", P31): 30})[0]
+    assert (top.target, top.fault) == ("link s1-s3", "slow-port") and "9.0 of 20" in top.evidence
+    # the same queue at full rate is congestion, not a fault
+    assert run(Localizer(TOPO), 3, s3_rate_mbps=19.5, queues={("s3", P31): 30}) == []
+
+
+def test_a_switch_that_holds_every_frame_is_a_slow_switch():
+    lows = {(s.name, p): (300, 1) for s in TOPO.switches for p in (1, 2, 3)}
+    lows.update({("s2", p): (5300, 1) for p in (1, 2, 3)})
+    lows[("s1", 1)] = (9000, 12)  # a queue of 12 at 20 Mbit/s explains 7.2 ms of it: not slow
+    top = run(Localizer(TOPO), 3, lows=lows)
+    assert [(s.target, s.fault) for s in top] == [("switch s2", "slow-switch")]
+
+
+def test_a_down_link_is_the_top_suspect():
+    top = run(Localizer(TOPO), 2, down={frozenset(("s1", "s3"))}, lost=0.0)
+    assert (top[0].target, top[0].fault, top[0].alert) == ("link s1-s3", "down", True)
