@@ -15,7 +15,7 @@ MODE ?= none
 SW ?= s1
 ELECTION ?= 0,1
 
-.PHONY: deps apt venv run test test-unit test-integration test-repeat fuzz clean p4 shell bench lint proto reference demo
+.PHONY: deps apt venv run test test-unit test-integration test-repeat fuzz clean p4 shell bench lint proto reference demo diagnose-eval
 
 deps: apt venv
 
@@ -65,6 +65,11 @@ test-repeat: deps
 # The headline experiment: experiments/demo.yaml in modes none, ecn and advice, report in runs/<time>-scenario-demo/
 demo: deps
 	$(PY) -m testbed scenario experiments/demo.yaml $(if $(MODES),--modes $(MODES)) $(if $(SHORT),--short $(SHORT))
+
+# Fault localisation's evaluation: randomised fault trials under all-reduce load, table in the run directory
+TRIALS ?= 60
+diagnose-eval: deps
+	$(PY) -m testbed diagnose-eval --trials $(TRIALS)
 
 # ns-3 (PyPI, pinned in pyproject.toml) and the incast in it: the reference bench/incast_fidelity.py
 # takes with --reference runs/<time>-ns3-incast/results.json

@@ -204,13 +204,10 @@ class Controller:
         while not self.stopping.is_set():
             await asyncio.sleep(period_s)
             counters = await self._counters()
-            snap = self.collector.snapshot()
-            now = time.monotonic()
-            queues = {(view.switch, view.port): view.standing_queue_pkts for view in snap.ports.values()
-                      if now - view.updated < 2.0}
             alerts = len(self.localizer.alerts)
             wall = time.time()
-            self.localizer.update(wall, counters, set(self.down), self.collector.take_latency_lows(), queues)
+            self.localizer.update(wall, counters, set(self.down), self.collector.take_latency_lows(),
+                                  self.collector.take_drain_rates())
             self.localized_at = wall
             for at, s in self.localizer.alerts[alerts:]:
                 log.warning("localiser: %s (%s, score %.2f): %s", s.target, s.fault, s.score, s.evidence)

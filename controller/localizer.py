@@ -5,8 +5,9 @@ Evidence, per kind of fault:
 - a link that is down: its carrier or its probes (controller/links.py);
 - a link direction that loses frames: the sender's port_tx against the receiver's port_rx over the
   last `window` seconds (P4Runtime counters; injected or real loss happens before port_rx counts);
-- a port that drains below its capacity: its tx rate (counters) well under the link's capacity
-  while INT shows a standing queue there (a congested healthy port drains at its capacity);
+- a port that drains below its capacity: the rate it drained at between INT samples that both
+  found a queue there, well under the link's capacity (a backlogged healthy port drains at its
+  capacity, however bursty its traffic);
 - a switch that holds frames: the lowest hop latency INT reported on its ports over a second, less
   the queueing its queue explains, stays high on most of its busy ports.
 
@@ -42,10 +43,10 @@ class Suspect:
 class Params:
     window: int = 3  # ticks (seconds) of counters a loss is computed over
     persist: int = 2  # consecutive ticks before a suspect is an alert
-    loss_min: float = 0.01  # a direction losing at least this share of what was sent
+    loss_min: float = 0.015  # a direction losing at least this share of what was sent (2% is the gray case)
     loss_min_packets: int = 300  # ... of at least this many frames in the window
-    slow_port_ratio: float = 0.75  # tx rate below this share of capacity ...
-    slow_port_queue: int = 8  # ... with at least this standing queue (packets)
+    slow_port_ratio: float = 0.75  # a backlogged port draining below this share of its capacity ...
+    slow_port_samples: int = 30  # ... in the median of at least this many INT samples of the second
     slow_switch_us: float = 2000.0  # lowest hop latency above what its queue explains
     slow_switch_share: float = 0.6  # ... on at least this share of its ports INT saw
 
@@ -77,7 +78,7 @@ class Localizer:
         return f"link {'-'.join(sorted((a, b)))}"
 
     def update(self, now: float, counters: Counters, down: set[frozenset[str]],
-               latency_lows: dict[Port, tuple[int, int]], standing_queues: dict[Port, int]) -> list[Suspect]:
+               latency_lows: dict[Port, tuple[int, int]], drain_rates: dict[Port, list[float]]) -> list[Suspect]:
         """One tick: the ranked suspects now (alerts flagged)."""
         self.history.append((now, counters))
         found: list[Suspect] = []
@@ -85,7 +86,7 @@ class Localizer:
             a, b = sorted(link)
             found.append(Suspect(self.link_target(a, b), "down", 1.0, "carrier lost or probes missing (links.csv)"))
         found += self._loss()
-        found += self._slow_ports(standing_queues)
+        found += self._slow_ports(drain_rates)
         found += self._slow_switches(latency_lows)
         merged: dict[tuple[str, str], Suspect] = {}
         for s in found:  # one suspect per target and fault: the strongest evidence
@@ -128,21 +129,18 @@ class Localizer:
                                    f"vs port_rx {receiver[0]}:{receiver[1]})"))
         return out
 
-    def _slow_ports(self, standing_queues: dict[Port, int]) -> list[Suspect]:
-        if len(self.history) < 2:
-            return []
-        (t0, old), (t1, new) = self.history[-2], self.history[-1]
+    def _slow_ports(self, drain_rates: dict[Port, list[float]]) -> list[Suspect]:
         out = []
-        for port, queue in standing_queues.items():
+        for port, rates in drain_rates.items():
             capacity = self.capacity.get(port)
-            if not capacity or queue < self.params.slow_port_queue or port not in old or port not in new:
+            if not capacity or len(rates) < self.params.slow_port_samples:
                 continue
-            rate = (new[port][2] - old[port][2]) * 8 / max(t1 - t0, 1e-3) / 1e6
+            rate = statistics.median(rates)
             if rate < self.params.slow_port_ratio * capacity:
                 out.append(Suspect(self.link_target(port[0], self.peer[port]), "slow-port",
                                    min(1.0, 0.4 + 0.6 * (1 - rate / capacity)),
                                    f"{port[0]}:{port[1]} -> {self.peer[port]} drains {rate:.1f} of {capacity:g} "
-                                   f"Mbit/s with a standing queue of {queue} packets"))
+                                   f"Mbit/s while backlogged (median of {len(rates)} INT samples)"))
         return out
 
     def _slow_switches(self, latency_lows: dict[Port, tuple[int, int]]) -> list[Suspect]:

@@ -34,6 +34,8 @@ MIN_RATE_INTERVAL_US = 20_000
 # The standing queue is the smallest reading over this window of switch time: a burst that
 # passes is not a queue to drain (CoDel's sojourn-minimum idea).
 STANDING_WINDOW_US = 20_000
+BACKLOG_PKTS = 3  # drain rates: both samples found at least this queue ...
+BACKLOG_INTERVAL_US = 20_000  # ... and left at most this far apart
 SERIES_FIELDS = ["time", "switch", "port", "queue_pkts", "hop_latency_us", "tx_rate_mbps", "utilisation"]
 
 
@@ -49,6 +51,7 @@ class PortState:
     _tx_bytes: int | None = field(default=None, repr=False)
     _ts_us: int | None = field(default=None, repr=False)
     _recent: deque = field(default_factory=deque, repr=False)  # (egress ts µs, queue pkts)
+    _last: tuple[int, int, int] | None = field(default=None, repr=False)  # egress ts µs, tx bytes, queue
 
     @property
     def standing_queue_pkts(self) -> int:
@@ -151,6 +154,7 @@ class Collector:
         self.max_age_s = max_age_s
         self._ports: dict[LinkId, PortState] = {}
         self._latency_low: dict[tuple[str, int], tuple[int, int]] = {}  # lowest hop latency µs, its queue
+        self._drain_rates: dict[tuple[str, int], list[float]] = {}  # Mbit/s between backlogged samples
         self._flows: dict[FlowKey, FlowPath] = {}
         self.reports = 0
         self.bad_reports = 0
@@ -233,6 +237,13 @@ class Collector:
             if low is None or hop.hop_latency_us < low[0]:
                 self._latency_low[(switch, hop.egress_port)] = (hop.hop_latency_us, hop.queue_occupancy_pkts)
         state.capacity_mbps = hop.capacity_mbps
+        prev = state._last
+        if prev is not None and hop.queue_occupancy_pkts != 0xFFFFFF and min(prev[2], hop.queue_occupancy_pkts) >= \
+                BACKLOG_PKTS and 0 < hop.egress_ts_us - prev[0] <= BACKLOG_INTERVAL_US:
+            # both frames found a queue and left close together: the port drained without a pause
+            drained = (hop.tx_bytes - prev[1]) % (1 << 32) * 8 / (hop.egress_ts_us - prev[0])
+            self._drain_rates.setdefault((switch, hop.egress_port), []).append(drained)
+        state._last = (hop.egress_ts_us, hop.tx_bytes, hop.queue_occupancy_pkts)
         if state._ts_us is not None and state._tx_bytes is not None and hop.egress_ts_us > state._ts_us:
             interval = hop.egress_ts_us - state._ts_us
             if interval >= MIN_RATE_INTERVAL_US:
@@ -254,6 +265,13 @@ class Collector:
         fastest one (controller/localizer.py)."""
         lows, self._latency_low = self._latency_low, {}
         return lows
+
+    def take_drain_rates(self) -> dict[tuple[str, int], list[float]]:
+        """Per (switch, egress port), the rates (Mbit/s) it drained at between consecutive INT samples
+        that both found a queue of at least BACKLOG_PKTS and left within BACKLOG_INTERVAL_US, since
+        the last call: a healthy backlogged port drains at its capacity (controller/localizer.py)."""
+        rates, self._drain_rates = self._drain_rates, {}
+        return rates
 
     def expire(self, now: float | None = None) -> int:
         """Drop state not refreshed within max_age_s; return how many entries went."""

@@ -111,6 +111,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diagnose_eval(args: argparse.Namespace) -> int:
+    from testbed.diagnose_eval import KINDS, evaluate
+
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds or args.trials < 0 or args.no_fault < 0:
+        print(f"testbed diagnose-eval: --kinds from {', '.join(KINDS)}; --trials, --no-fault >= 0", file=sys.stderr)
+        return 2
+    evaluate(args.trials, args.no_fault, args.seed, kinds, timeout_s=args.timeout)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="testbed")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -133,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     report = sub.add_parser("report", help="print the first table of the last scenario report")
     report.add_argument("file", nargs="?")
     sub.add_parser("clean", help="end processes and delete interfaces left by earlier runs")
+    ev = sub.add_parser("diagnose-eval", help="evaluate fault localisation: randomised fault trials under load")
+    ev.add_argument("--trials", type=int, default=60, help="fault trials, spread over the kinds")
+    ev.add_argument("--no-fault", type=int, default=10, help="trials without a fault")
+    ev.add_argument("--seed", type=int, default=1)
+    ev.add_argument("--kinds", default="down,loss,rate,delay")
+    ev.add_argument("--timeout", type=float, default=10.0, help="seconds a trial waits for a correct top-1")
     for name in ("address", "device-id"):
         sub.add_parser(name).add_argument("switch")
     args = parser.parse_args(argv)
@@ -142,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_scenario(args)
     if args.command == "report":
         return cmd_report(args)
+    if args.command == "diagnose-eval":
+        return cmd_diagnose_eval(args)
     if args.command == "clean":
         done = clean_all()
         print("\n".join(done) if done else "nothing left by earlier runs")

@@ -33,32 +33,33 @@ def run(loc: Localizer, seconds: int, start: int = 0, **kw) -> list:
     out = []
     for t in range(start, start + seconds):
         out = loc.update(float(t), busy(float(t), **{k: v for k, v in kw.items() if k in ("lost", "s3_rate_mbps")}),
-                         kw.get("down", set()), kw.get("lows", {}), kw.get("queues", {}))
+                         kw.get("down", set()), kw.get("lows", {}), kw.get("drains", {}))
     return out
 
 
 def test_a_healthy_busy_fabric_has_no_suspect():
     loc = Localizer(TOPO)
     lows = {(s.name, p): (300, 2) for s in TOPO.switches for p in (1, 2)}
-    assert run(loc, 6, lows=lows, queues={("s3", P31): 20}) == [] and loc.alerts == []
+    assert run(loc, 6, lows=lows, drains={("s3", P31): [19.9] * 40}) == [] and loc.alerts == []
 
 
 def test_a_lossy_direction_is_pinned_to_its_link_from_counters_and_alerts_when_it_persists():
     loc = Localizer(TOPO)
     run(loc, 3)
-    first = loc.update(3.0, busy(3.0, lost=0.02), set(), {}, {})
+    first = loc.update(3.0, busy(3.0, lost=0.03), set(), {}, {})
     assert [(s.target, s.fault, s.alert) for s in first] == [("link s1-s3", "loss", False)]
-    top = run(loc, 2, start=4, lost=0.02)[0]
+    top = run(loc, 2, start=4, lost=0.03)[0]
     assert (top.target, top.alert) == ("link s1-s3", True) and "s3 -> s1" in top.evidence
     assert [s.target for _, s in loc.alerts] == ["link s1-s3"]
 
 
-def test_a_port_draining_below_capacity_with_a_queue_is_a_slow_link():
+def test_a_port_draining_below_capacity_while_backlogged_is_a_slow_link():
     loc = Localizer(TOPO)
-    top = run(loc, 3, s3_rate_mbps=9.0, queues={("s3", P31): 30})[0]
-    assert (top.target, top.fault) == ("link s1-s3", "slow-port") and "9.0 of 20" in top.evidence
-    # the same queue at full rate is congestion, not a fault
-    assert run(Localizer(TOPO), 3, s3_rate_mbps=19.5, queues={("s3", P31): 30}) == []
+    top = run(loc, 3, drains={("s3", P31): [9.8, 10.1, 9.9, 10.0, 10.2] * 6})[0]
+    assert (top.target, top.fault) == ("link s1-s3", "slow-port") and "10.0 of 20" in top.evidence
+    # draining at capacity is congestion, not a fault; too few samples say nothing
+    assert run(Localizer(TOPO), 3, drains={("s3", P31): [19.5, 20.1, 19.8, 19.9, 20.0] * 6}) == []
+    assert run(Localizer(TOPO), 3, drains={("s3", P31): [9.0] * 10}) == []
 
 
 def test_a_switch_that_holds_every_frame_is_a_slow_switch():
