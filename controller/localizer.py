@@ -41,8 +41,10 @@ class Suspect:
 
 @dataclass
 class Params:
-    window: int = 3  # ticks (seconds) of counters a loss is computed over
-    persist: int = 2  # consecutive ticks before a suspect is an alert
+    window: int = 2  # ticks (seconds) of counters a loss is computed over
+    persist: int = 2  # consecutive ticks before a suspect is an alert ...
+    persist_loss: int = 3  # ... a loss: longer than its window, so one burst of drops (a receiving
+    #                        switch that stalled and overflowed its socket) cannot alert alone
     loss_min: float = 0.015  # a direction losing at least this share of what was sent (2% is the gray case)
     loss_min_packets: int = 300  # ... of at least this many frames in the window
     slow_port_ratio: float = 0.75  # a backlogged port draining below this share of its capacity ...
@@ -58,6 +60,7 @@ class Localizer:
 
     def __post_init__(self) -> None:
         self.history: deque[tuple[float, Counters]] = deque(maxlen=self.params.window + 1)
+        self.down_history: deque[set[frozenset[str]]] = deque(maxlen=self.params.window + 1)
         self.suspects: dict[tuple[str, str], Suspect] = {}
         self.alerts: list[tuple[float, Suspect]] = []  # (time raised, the suspect then)
         # fabric link directions: (sender end, receiver end, capacity Mbit/s)
@@ -81,6 +84,7 @@ class Localizer:
                latency_lows: dict[Port, tuple[int, int]], drain_rates: dict[Port, list[float]]) -> list[Suspect]:
         """One tick: the ranked suspects now (alerts flagged)."""
         self.history.append((now, counters))
+        self.down_history.append(set(down))
         found: list[Suspect] = []
         for link in sorted(down, key=sorted):
             a, b = sorted(link)
@@ -98,7 +102,7 @@ class Localizer:
             before = self.suspects.get(key)
             s.since = before.since if before else now
             s.ticks = before.ticks + 1 if before else 1
-            s.alert = s.ticks >= self.params.persist
+            s.alert = s.ticks >= (self.params.persist_loss if s.fault == "loss" else self.params.persist)
             if s.alert and not (before and before.alert):
                 self.alerts.append((now, s))
             current[key] = s
@@ -112,9 +116,11 @@ class Localizer:
         if len(self.history) < 2:
             return []
         (t0, old), (t1, new) = self.history[0], self.history[-1]
+        recently_down = set().union(*self.down_history)  # frames in flight when a link was cut are no loss
         out = []
         for sender, receiver, _ in self.directions:
-            if sender not in old or sender not in new or receiver not in old or receiver not in new:
+            if sender not in old or sender not in new or receiver not in old or receiver not in new or \
+                    frozenset((sender[0], receiver[0])) in recently_down:
                 continue
             sent = new[sender][1] - old[sender][1]
             got = new[receiver][0] - old[receiver][0]

@@ -53,6 +53,28 @@ def test_a_lossy_direction_is_pinned_to_its_link_from_counters_and_alerts_when_i
     assert [s.target for _, s in loc.alerts] == ["link s1-s3"]
 
 
+def test_one_burst_of_lost_frames_is_a_suspect_for_its_window_but_no_alert():
+    """A receiving switch that stalls overflows its socket once: a loss for the two seconds it stays
+    in the window, fewer than the three ticks a loss must persist."""
+    loc = Localizer(TOPO)
+    seen = []
+    for t in range(8):
+        counters = busy(float(t))
+        if t >= 3:
+            rx, tx, txb = counters[("s1", P13)]
+            counters[("s1", P13)] = (rx - 150, tx, txb)
+        seen.append([(s.fault, s.alert) for s in loc.update(float(t), counters, set(), {}, {})])
+    assert seen[3] == [("loss", False)] and seen[4] == [("loss", False)] and seen[5:] == [[], [], []]
+    assert loc.alerts == []
+
+
+def test_frames_in_flight_when_a_link_is_cut_are_not_a_loss():
+    loc = Localizer(TOPO)
+    run(loc, 3)
+    counters = busy(3.0, lost=0.03)
+    assert [s.fault for s in loc.update(3.0, counters, {frozenset(("s1", "s3"))}, {}, {})] == ["down"]
+
+
 def test_a_port_draining_below_capacity_while_backlogged_is_a_slow_link():
     loc = Localizer(TOPO)
     top = run(loc, 3, drains={("s3", P31): [9.8, 10.1, 9.9, 10.0, 10.2] * 6})[0]
