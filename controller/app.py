@@ -203,16 +203,19 @@ class Controller:
         and diagnosis.csv."""
         while not self.stopping.is_set():
             await asyncio.sleep(period_s)
-            counters = await self._counters()
-            alerts = len(self.localizer.alerts)
-            wall = time.time()
-            self.localizer.update(wall, counters, set(self.down), self.collector.take_latency_lows(),
-                                  self.collector.take_drain_rates())
-            self.localized_at = wall
-            for at, s in self.localizer.alerts[alerts:]:
-                log.warning("localiser: %s (%s, score %.2f): %s", s.target, s.fault, s.score, s.evidence)
-                self.diagnosis_log.write(f"{at:.3f},{s.target},{s.fault},{s.score:.3f},\"{s.evidence}\"\n")
-            self.diagnosis_log.flush()
+            try:
+                counters = await self._counters()
+                alerts = len(self.localizer.alerts)
+                wall = time.time()
+                self.localizer.update(wall, counters, set(self.down), self.collector.take_latency_lows(),
+                                      self.collector.take_drain_rates())
+                self.localized_at = wall
+                for at, s in self.localizer.alerts[alerts:]:
+                    log.warning("localiser: %s (%s, score %.2f): %s", s.target, s.fault, s.score, s.evidence)
+                    self.diagnosis_log.write(f"{at:.3f},{s.target},{s.fault},{s.score:.3f},\"{s.evidence}\"\n")
+                self.diagnosis_log.flush()
+            except Exception:  # noqa: BLE001 - a bug in one tick must not end localisation; it is logged in full
+                log.exception("localiser: tick failed")
 
     async def _watch_carriers(self, monitor: LinkMonitor) -> None:
         """Fabric ports' carrier (netlink): a lost one re-routes at once, before any probe is missed."""
@@ -231,6 +234,8 @@ class Controller:
             await watch_ports(ports, changed, self.stopping)
         except OSError as exc:  # no netlink here: probes alone find failures
             log.error("port status unavailable (%s): link failures are found by probes only", exc)
+        except Exception:  # noqa: BLE001 - logged in full; probes still find failures
+            log.exception("port status watch failed: link failures are found by probes only")
 
     def _routes(self, down: set[frozenset[str]]) -> dict[str, list[Route]]:
         """Routes over the links that are up; a destination a switch could reach only over links
