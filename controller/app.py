@@ -180,22 +180,24 @@ class Controller:
         return self.localizer.ranked(), list(self.localizer.alerts), self.localized_at
 
     async def _counters(self) -> dict[tuple[str, int], tuple[int, int, int]]:
-        """Every switch port's (rx packets, tx packets, tx bytes), read over P4Runtime."""
-        names = [n for n, s in self.sessions.items() if s.is_primary.is_set()]
-
-        async def one(name: str) -> tuple[dict, dict]:
-            session = self.sessions[name]
-            return await session.read_counter("StarIngress.port_rx"), await session.read_counter("StarEgress.port_tx")
-
-        results = await asyncio.gather(*(one(n) for n in names), return_exceptions=True)
+        """Every fabric port's (rx packets, tx packets, tx bytes), read over P4Runtime: one Read per
+        switch for just those cells."""
+        ports: dict[str, list[int]] = {}
+        for sender, _receiver, _ in self.localizer.directions:
+            ports.setdefault(sender[0], []).append(sender[1])
+        names = [n for n in ports if self.sessions[n].is_primary.is_set()]
+        results = await asyncio.gather(*(self.sessions[n].read_counter_cells(
+            [(c, p) for p in ports[n] for c in ("StarIngress.port_rx", "StarEgress.port_tx")]) for n in names),
+            return_exceptions=True)
         counters = {}
         for name, result in zip(names, results, strict=True):
             if isinstance(result, BaseException):
                 log.warning("localiser: %s's counters unread: %s", name, result)
                 continue
-            rx, tx = result
-            for port in set(rx) | set(tx):
-                counters[(name, port)] = (rx.get(port, (0, 0))[0], *tx.get(port, (0, 0)))
+            for port in ports[name]:
+                rx = result.get(("StarIngress.port_rx", port), (0, 0))
+                tx = result.get(("StarEgress.port_tx", port), (0, 0))
+                counters[(name, port)] = (rx[0], tx[0], tx[1])
         return counters
 
     async def _localize(self, period_s: float = 1.0) -> None:

@@ -46,7 +46,7 @@ class Params:
     persist_loss: int = 3  # ... a loss: longer than its window, so one burst of drops (a receiving
     #                        switch that stalled and overflowed its socket) cannot alert alone
     loss_min: float = 0.015  # a direction losing at least this share of what was sent (2% is the gray case)
-    loss_min_packets: int = 300  # ... of at least this many frames in the window
+    loss_min_packets: int = 200  # ... of at least this many frames in the window (100 a second)
     slow_port_ratio: float = 0.75  # a backlogged port draining below this share of its capacity ...
     slow_port_samples: int = 30  # ... in the median of at least this many INT samples of the second
     slow_switch_us: float = 2000.0  # lowest hop latency above what its queue explains

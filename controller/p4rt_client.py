@@ -191,6 +191,19 @@ class SwitchSession:
             found.extend(response.entities)
         return found
 
+    async def read_counter_cells(self, cells: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        """(counter name, index) → (packets, bytes) for just these cells, in one Read: a switch answers a
+        whole-counter read with every index (512 here), which costs the soft switch's data plane."""
+        entities = []
+        for name, index in cells:
+            entity = p4r.Entity()
+            entity.counter_entry.counter_id = self.schema.id_of(name)
+            entity.counter_entry.index.index = index
+            entities.append(entity)
+        names = {self.schema.id_of(name): name for name, _ in cells}
+        return {(names[e.counter_entry.counter_id], e.counter_entry.index.index):
+                (e.counter_entry.data.packet_count, e.counter_entry.data.byte_count) for e in await self.read(entities)}
+
     async def read_counter(self, name: str) -> dict[int, tuple[int, int]]:
         """index → (packets, bytes) of an indirect counter."""
         entity = p4r.Entity()

@@ -1,7 +1,8 @@
 """Fault localisation, shortened: one trial of every fault kind (link down, 2-20% loss on one
 direction, a port at half its capacity, a switch holding every frame 5 ms) and one without a fault,
 on the default fabric under all-reduce load. Every fault is pinned to its link or switch as the
-top alert, within the trial's 10 s; the no-fault trial raises no alarm."""
+top alert (the trial waits up to 20 s for it here, the evaluation 10 s: a test's margin on a busy
+machine); the no-fault trial raises no alarm."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ pytestmark = [pytest.mark.mininet, pytest.mark.root]
 
 
 def test_every_fault_kind_is_localised_and_a_quiet_fabric_raises_no_alarm():
-    trials, fig, _ = evaluate(trials=len(KINDS), no_fault=1, seed=3, say=lambda line: print(f"  {line}"))
+    trials, fig, _ = evaluate(trials=len(KINDS), no_fault=1, seed=3, timeout_s=20.0,
+                              say=lambda line: print(f"  {line}"))
     print("\n" + table(fig))
     for t in trials:
         if t.truth:
