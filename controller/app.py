@@ -29,7 +29,7 @@ import grpc
 
 from controller.advice import MODES, AdviceLoop
 from controller.advisor import AdvisorParams
-from controller.faults import LinkLoss
+from controller.faults import LinkLoss, step_work
 from controller.links import Change, LinkMonitor, parse_probe, probe_frame
 from controller.localizer import Localizer, Suspect
 from controller.p4rt_client import SwitchError, SwitchSession
@@ -40,6 +40,7 @@ from controller.service import start_server
 from controller.telemetry import Collector, HopLateness
 from topologies.addressing import AddressPlan
 from topologies.spec import load_topology
+from wire import advice_pb2 as pb
 from wire.cpu import REASON_INT_REPORT, REASON_PROBE
 from wire.fidelity import WINDOW_S, FidelityWindows, watch_loop_lag
 from wire.p4info import DEFAULT_P4INFO, P4Schema
@@ -178,6 +179,10 @@ class Controller:
 
     def diagnosis(self) -> tuple[list[Suspect], list[tuple[float, Suspect]], float]:
         return self.localizer.ranked(), list(self.localizer.alerts), self.localized_at
+
+    def report_steps(self, report: pb.StepReport) -> int:
+        """A rank's step timings into the localiser; the hosts it holds timings of."""
+        return self.localizer.add_steps(time.time(), *step_work(report, self.advice.host_by_ip))
 
     async def _counters(self) -> dict[tuple[str, int], tuple[int, int, int]]:
         """Every fabric port's (rx packets, tx packets, tx bytes), read over P4Runtime: one Read per

@@ -1,12 +1,16 @@
 """Injected faults the controller owns (it is the one writer of every switch's tables): frame loss on
 one direction of a fabric link, as fault_inject entries on the receiving switch that match the
-link's ingress port with the IPv4 fields wildcarded, so data and probes alike are lost.
+link's ingress port with the IPv4 fields wildcarded, so data and probes alike are lost. And the
+checks on the evidence hosts bring the fault localiser: the ranks' step reports.
 """
 
 from __future__ import annotations
 
+import math
+
 from controller import entities as ent
 from topologies.spec import Topology, TopologyError
+from wire import advice_pb2 as pb
 from wire.p4info import P4Schema
 from wire.proto import p4r
 
@@ -72,3 +76,16 @@ class LinkLoss:
                   else ent.action(schema, "StarIngress.fault_drop_prob", prob_u16=step))
         return ent.table_entry(schema, TABLE, {"standard_metadata.ingress_port": (port, 0x1FF)},
                                action_call=action, priority=PRIORITY)
+
+
+def step_work(report: pb.StepReport, host_by_ip: dict[str, str]) -> tuple[str, list[float]]:
+    """The reporting host's name and its ranks' own work on each received piece (seconds)."""
+    host = host_by_ip.get(report.host)
+    if host is None:
+        raise FaultError(f"StepReport.host: no host has the address {report.host!r}")
+    for i, step in enumerate(report.steps):
+        for name in ("duration_s", "compute_s", "start_s"):
+            value = getattr(step, name)
+            if not math.isfinite(value) or value < 0:
+                raise FaultError(f"StepReport.steps[{i}].{name}: must be a finite number >= 0, got {value!r}")
+    return host, [step.compute_s for step in report.steps if not step.send]

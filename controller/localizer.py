@@ -9,10 +9,15 @@ Evidence, per kind of fault:
   found a queue there, well under the link's capacity (a backlogged healthy port drains at its
   capacity, however bursty its traffic);
 - a switch that holds frames: the lowest hop latency INT reported on its ports over a second, less
-  the queueing its queue explains, stays high on most of its busy ports.
+  the queueing its queue explains, stays high on most of its busy ports;
+- a slow host: the all-reduce ranks report their step timings piece by piece (ReportSteps), each
+  with the rank's own work on the data once it was there (reduce or copy). A host whose median
+  work per piece, over the last seconds, is many times its peers' is slow whatever the network
+  does; its peers only wait for it, which no network evidence above mistakes for a fault.
 
-Targets are what a fault is pinned to: ``link s1-s3`` (ends sorted) or ``switch s3``. Pure logic fed
-with readings and times; the controller drives it (controller/app.py), the tests drive it with data.
+Targets are what a fault is pinned to: ``link s1-s3`` (ends sorted), ``switch s3`` or ``host h3``.
+Pure logic fed with readings and times; the controller drives it (controller/app.py), the tests
+drive it with data.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ FRAME_BITS = 1500 * 8
 
 @dataclass
 class Suspect:
-    target: str  # "link s1-s3" | "switch s3"
-    fault: str  # down | loss | slow-port | slow-switch
+    target: str  # "link s1-s3" | "switch s3" | "host h3"
+    fault: str  # down | loss | slow-port | slow-switch | slow-host
     score: float  # 0..1, how strongly the evidence points here
     evidence: str
     since: float = 0.0  # wall time it was first seen in this run of ticks
@@ -51,6 +56,11 @@ class Params:
     slow_port_samples: int = 30  # ... in the median of at least this many INT samples of the second
     slow_switch_us: float = 2000.0  # lowest hop latency above what its queue explains
     slow_switch_share: float = 0.6  # ... on at least this share of its ports INT saw
+    host_window_s: float = 3.0  # step timings older than this are forgotten
+    slow_host_pieces: int = 5  # a host's median work per received piece, over at least this many, ...
+    slow_host_ms: float = 5.0  # ... at least this long ...
+    slow_host_ratio: float = 4.0  # ... and this many times the median of the other hosts' medians ...
+    slow_host_peers: int = 2  # ... of at least this many other hosts
 
 
 @dataclass
@@ -62,6 +72,7 @@ class Localizer:
         self.history: deque[tuple[float, Counters]] = deque(maxlen=self.params.window + 1)
         self.down_history: deque[set[frozenset[str]]] = deque(maxlen=self.params.window + 1)
         self.suspects: dict[tuple[str, str], Suspect] = {}
+        self.step_work: dict[str, deque[tuple[float, float]]] = {}  # host → (time reported, work s per piece)
         self.alerts: list[tuple[float, Suspect]] = []  # (time raised, the suspect then)
         # fabric link directions: (sender end, receiver end, capacity Mbit/s)
         self.directions: list[tuple[Port, Port, float]] = []
@@ -80,6 +91,20 @@ class Localizer:
     def link_target(a: str, b: str) -> str:
         return f"link {'-'.join(sorted((a, b)))}"
 
+    def add_steps(self, now: float, host: str, work_s: list[float]) -> int:
+        """A rank on `host` reported its received pieces' own work (seconds each); the number of
+        hosts with step timings in the window."""
+        self.step_work.setdefault(host, deque(maxlen=1000)).extend((now, w) for w in work_s)
+        self._forget_steps(now)
+        return len(self.step_work)
+
+    def _forget_steps(self, now: float) -> None:
+        for host, q in list(self.step_work.items()):
+            while q and q[0][0] < now - self.params.host_window_s:
+                q.popleft()
+            if not q:
+                del self.step_work[host]
+
     def update(self, now: float, counters: Counters, down: set[frozenset[str]],
                latency_lows: dict[Port, tuple[int, int]], drain_rates: dict[Port, list[float]]) -> list[Suspect]:
         """One tick: the ranked suspects now (alerts flagged)."""
@@ -92,6 +117,7 @@ class Localizer:
         found += self._loss()
         found += self._slow_ports(drain_rates)
         found += self._slow_switches(latency_lows)
+        found += self._slow_hosts(now)
         merged: dict[tuple[str, str], Suspect] = {}
         for s in found:  # one suspect per target and fault: the strongest evidence
             key = (s.target, s.fault)
@@ -165,4 +191,21 @@ class Localizer:
                 out.append(Suspect(f"switch {switch}", "slow-switch", min(1.0, 0.4 + typical / 20_000),
                                    f"hop latency at least {typical / 1000:.1f} ms more than its queues explain on "
                                    f"{len(slow)} of {len(excess)} ports (INT, fastest frame of the second)"))
+        return out
+
+    def _slow_hosts(self, now: float) -> list[Suspect]:
+        self._forget_steps(now)
+        medians = {host: (statistics.median(w for _, w in q), len(q)) for host, q in self.step_work.items()
+                   if len(q) >= self.params.slow_host_pieces}
+        out = []
+        for host, (work, pieces) in sorted(medians.items()):
+            others = [m for h, (m, _) in medians.items() if h != host]
+            if len(others) < self.params.slow_host_peers:
+                continue
+            typical = statistics.median(others)
+            if work >= self.params.slow_host_ms / 1000 and work >= self.params.slow_host_ratio * typical:
+                out.append(Suspect(f"host {host}", "slow-host", min(1.0, 0.4 + (work - typical) / 0.1),
+                                   f"its ranks' own work per received piece is {1000 * work:.1f} ms (median of "
+                                   f"{pieces} in {self.params.host_window_s:g} s) against {1000 * typical:.2f} ms on "
+                                   f"{len(others)} other hosts (step timings, ReportSteps)"))
         return out

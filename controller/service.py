@@ -22,11 +22,14 @@ T = TypeVar("T")
 
 
 class Faults(Protocol):
-    """What the controller offers beside advice: injected loss and fault localisation."""
+    """What the controller offers beside advice: injected loss and fault localisation (with the
+    ranks' step timings as evidence)."""
 
     async def set_link_loss(self, sender: str, receiver: str, percent: float) -> float: ...
 
     def diagnosis(self) -> tuple[list[Suspect], list[tuple[float, Suspect]], float]: ...
+
+    def report_steps(self, report: pb.StepReport) -> int: ...
 
 
 def suspect_message(s: Suspect) -> pb.Suspect:
@@ -130,6 +133,16 @@ class AdviceService(pb_grpc.AdviceServicer):
         suspects, alerts, updated = self.faults.diagnosis()
         return pb.Diagnosis(suspects=[suspect_message(s) for s in suspects],
                             alerts=[pb.Alert(time=t, suspect=suspect_message(s)) for t, s in alerts], updated=updated)
+
+    async def ReportSteps(self, request: pb.StepReport, context: grpc.aio.ServicerContext) -> pb.StepReportReply:  # noqa: N802
+        if self.faults is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this controller does not localise faults")
+        assert self.faults is not None
+        try:
+            hosts = self.faults.report_steps(request)
+        except FaultError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return pb.StepReportReply(hosts=hosts)
 
     @staticmethod
     async def _call(context: grpc.aio.ServicerContext, method: Callable[..., T], *args: Any) -> T:

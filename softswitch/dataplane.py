@@ -24,6 +24,7 @@ from softswitch.egress import MAX_FRAME, EgressQueue
 from softswitch.inband import IntPending
 from softswitch.pipeline import Pipeline
 from wire.drops import DROP_INDEX
+from wire.faultsfile import Followed
 from wire.fidelity import WINDOW_S, FidelityWindows, wall_offset
 from wire.linkstate import read_carrier
 
@@ -91,8 +92,7 @@ class DataPlane:
         self.cpu_port = cpu_port
         self.stats_file = stats_file
         self.pending_out: deque[tuple[int, bytes]] = deque()
-        self.faults_file = faults_file
-        self._faults_seen: float | None = None
+        self.faults = Followed(faults_file) if faults_file is not None else None
         self.delay_s = 0.0  # injected processing delay: every forwarded frame waits this long before its queue
         self.delayed: deque[tuple[float, int, bytearray | IntPending, int]] = deque()  # (due, port, frame, in)
         self.bad_frame_kinds: dict[str, int] = {}  # exception type -> frames the pipeline failed on
@@ -222,7 +222,7 @@ class DataPlane:
                         wait = delay
                 if now >= next_link_poll:
                     self._poll_links()
-                    if self.faults_file is not None:
+                    if self.faults is not None:
                         self.read_faults()
                     next_link_poll = now + LINK_POLL_S
                 if now >= next_stats:
@@ -258,22 +258,17 @@ class DataPlane:
         forwarded frame held D ms (a slow switch), and ports drained at MBPS instead of their rate
         (a port running below its capacity; absent ports get their own back). A bad file is logged
         and leaves the faults as they were."""
-        assert self.faults_file is not None
+        assert self.faults is not None
         try:
-            mtime = self.faults_file.stat().st_mtime_ns
-        except FileNotFoundError:
-            mtime = None
-        if mtime == self._faults_seen:
-            return
-        self._faults_seen = mtime
-        try:
-            faults = json.loads(self.faults_file.read_text()) if mtime is not None else {}
+            faults = self.faults.changed()
+            if faults is None:
+                return
             delay_ms = float(faults.get("delay_ms", 0.0))
             rates = {int(port): float(mbps) for port, mbps in faults.get("rates", {}).items()}
             if delay_ms < 0 or any(mbps <= 0 or port not in self.specs for port, mbps in rates.items()):
                 raise ValueError(f"delay_ms must be >= 0, rates need ports of this switch and rates > 0: {faults}")
         except (OSError, ValueError, TypeError, AttributeError) as exc:
-            log.error("faults file %s: %s (faults unchanged)", self.faults_file, exc)
+            log.error("faults file %s: %s (faults unchanged)", self.faults.path, exc)
             return
         self.delay_s = delay_ms / 1000
         for port, spec in self.specs.items():

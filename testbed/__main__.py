@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--trials", type=int, default=60, help="fault trials, spread over the kinds")
     ev.add_argument("--no-fault", type=int, default=10, help="trials without a fault")
     ev.add_argument("--seed", type=int, default=1)
-    ev.add_argument("--kinds", default="down,loss,rate,delay")
+    ev.add_argument("--kinds", default="down,loss,rate,delay,host", help="fault kinds, comma-separated")
     ev.add_argument("--timeout", type=float, default=10.0, help="seconds a trial waits for a correct top-1")
     for name in ("address", "device-id"):
         sub.add_parser(name).add_argument("switch")

@@ -308,22 +308,35 @@ class StarNetCLI(CLI):
         self.stdout.write("\n")
 
     def do_slow(self, line: str) -> None:
-        """slow SWITCH MS: every frame SWITCH forwards is held MS ms (a slow switch; soft switch only);
-        slow SWITCH 0 clears it."""
+        """slow SWITCH MS: every frame SWITCH forwards is held MS ms (a slow switch; soft switch only).
+        slow HOST MS: the all-reduce ranks on HOST take MS ms longer over every piece they reduce or
+        copy (a slow host). slow NODE 0 clears it."""
         words = line.split()
         try:
             delay = float(words[1]) if len(words) == 2 else None
         except ValueError:
             delay = None
         if delay is None:
-            self.stdout.write("slow: give a switch and a delay in ms, e.g. slow s3 5 (slow s3 0 clears)\n")
+            self.stdout.write("slow: give a switch or host and a delay in ms, e.g. slow s3 5 or slow h2 20 "
+                              "(slow s3 0 clears)\n")
+            return
+        node = words[0]
+        if not (self.tb.topo.is_host(node) or self.tb.topo.is_switch(node)):
+            self.stdout.write(f"slow: no switch or host {node!r} in {self.tb.topo.name}\n")
             return
         try:
-            self.tb.set_switch_faults(words[0], delay_ms=delay)
+            if self.tb.topo.is_host(node):
+                self.tb.set_host_faults(node, delay)
+            else:
+                self.tb.set_switch_faults(node, delay_ms=delay)
         except TestbedError as exc:
             self.stdout.write(f"slow: {exc}\n")
             return
-        self.stdout.write(f"{words[0]}: every frame held {delay:g} ms\n" if delay else f"{words[0]}: no added delay\n")
+        if self.tb.topo.is_host(node):
+            self.stdout.write(f"{node}: its ranks take {delay:g} ms longer per piece\n" if delay
+                              else f"{node}: no added compute delay\n")
+        else:
+            self.stdout.write(f"{node}: every frame held {delay:g} ms\n" if delay else f"{node}: no added delay\n")
 
     def do_rate(self, line: str) -> None:
         """rate A B MBPS: A's port toward B drains at MBPS (a port running below its capacity);

@@ -1,11 +1,12 @@
 """Evaluate fault localisation (controller/localizer.py) on the default fabric under all-reduce load.
 
-    python -m testbed diagnose-eval [--trials 60] [--no-fault 10] [--seed 1] [--kinds down,loss,rate,delay]
+    python -m testbed diagnose-eval [--trials 60] [--no-fault 10] [--seed 1] [--kinds down,loss,rate,delay,host]
 
-One leaf-spine testbed (soft switch, mode none); two 8-rank ring all-reduces over every host, in
-opposite orders, run in a loop so every fabric link carries traffic both ways. Each trial: a quiet
-period (an alert then is a false alarm), the fault injected at a seeded random place (a fabric
-link, one direction of it, or a switch), the controller's Diagnose polled every 250 ms until its top
+One leaf-spine testbed (soft switch, mode none); an 8-rank ring all-reduce over every host, its
+ranks interleaved across the leaves, run in a loop so every fabric link carries traffic both ways;
+its ranks report their step timings to the controller. Each trial: a quiet period (an alert then
+is a false alarm), the fault injected at a seeded random place (a fabric link, one direction of
+it, a switch, or a host whose ranks compute slowly), the controller's Diagnose polled every 250 ms until its top
 alert is the truth (and holds) or `timeout_s` passes, the fault cleared, and the fabric left to
 recover. No-fault trials watch as long without injecting anything.
 
@@ -33,10 +34,11 @@ from wire import advice_pb2 as pb
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView
 
-KINDS = ("down", "loss", "rate", "delay")
+KINDS = ("down", "loss", "rate", "delay", "host")
 LOSS_PERCENTS = (2.0, 5.0, 20.0)
 RATE_SHARE = 0.5  # a slow port drains at half its capacity
 DELAY_MS = 5.0
+HOST_DELAYS_MS = (10.0, 20.0, 40.0)  # a slow host's ranks take this much longer over every piece (~100 ms)
 POLL_S = 0.25
 HOLD_POLLS = 2  # a correct top-1 must hold this many polls to end a trial early
 RINGS = 1  # all-reduce rings in the load (the second, if any, in the opposite order)
@@ -45,9 +47,9 @@ RINGS = 1  # all-reduce rings in the load (the second, if any, in the opposite o
 @dataclass
 class Trial:
     index: int
-    kind: str  # down | loss | rate | delay | none
+    kind: str  # down | loss | rate | delay | host | none
     where: str  # what was done, e.g. "loss 5% s1 -> s3"
-    truth: str  # "link s1-s3", "switch s3", "" (no fault)
+    truth: str  # "link s1-s3", "switch s3", "host h3", "" (no fault)
     quiet_alerts: list[str] = field(default_factory=list)  # alerts before the fault: false alarms
     alerts: list[str] = field(default_factory=list)  # alerts raised after the onset, in order
     top1: str = ""  # the top alert when the trial ended
@@ -68,6 +70,7 @@ def plan_trials(tb: Testbed, count: int, no_fault: int, kinds: tuple[str, ...], 
     rng = random.Random(seed)
     links = fabric_links(tb)
     switches = [s.name for s in tb.topo.switches]
+    hosts = [h.name for h in tb.topo.hosts]
     trials = []
     for i in range(count):
         kind = kinds[i % len(kinds)]
@@ -81,6 +84,9 @@ def plan_trials(tb: Testbed, count: int, no_fault: int, kinds: tuple[str, ...], 
             trials.append(Trial(0, kind, f"loss {rng.choice(LOSS_PERCENTS):g}% {a} -> {b}", link))
         elif kind == "rate":
             trials.append(Trial(0, kind, f"rate {a} -> {b} at {100 * RATE_SHARE:g}%", link))
+        elif kind == "host":
+            host = rng.choice(hosts)
+            trials.append(Trial(0, kind, f"slow {host} {rng.choice(HOST_DELAYS_MS):g} ms", f"host {host}"))
         else:
             switch = rng.choice(switches)
             trials.append(Trial(0, kind, f"delay {switch} {DELAY_MS:g} ms", f"switch {switch}"))
@@ -105,10 +111,13 @@ def apply(tb: Testbed, trial: Trial, on: bool) -> None:
         tb.set_switch_faults(a, rates={b: capacity * RATE_SHARE if on else None})
     elif trial.kind == "delay":
         tb.set_switch_faults(words[1], delay_ms=DELAY_MS if on else 0.0)
+    elif trial.kind == "host":
+        tb.set_host_faults(words[1], float(words[2]) if on else 0.0)
 
 
 class Load:
-    """Two 8-rank ring all-reduces over every host, in opposite orders, in a loop until stopped."""
+    """8-rank ring all-reduces over every host (RINGS of them, the second in the opposite order), in a
+    loop until stopped."""
 
     def __init__(self, tb: Testbed) -> None:
         leaves: dict[str, list[str]] = {}

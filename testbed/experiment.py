@@ -284,6 +284,7 @@ def _apply_faults(tb: Testbed, faults: list[Fault], start: float, applied: list[
         elif fault.kind in ("rate", "delay"):
             try:
                 at = (tb.set_switch_faults(a, rates={b: fault.mbps or None}) if fault.kind == "rate"
+                      else tb.set_host_faults(a, fault.delay_ms) if tb.topo.is_host(a)
                       else tb.set_switch_faults(a, delay_ms=fault.delay_ms))
             except TestbedError as exc:
                 applied.append({"at_s": fault.at_s, "kind": fault.kind, "link": [a, b], "error": str(exc)})

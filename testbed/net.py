@@ -31,6 +31,7 @@ from topologies.addressing import AddressPlan
 from topologies.spec import Topology
 from wire import advice_pb2 as pb
 from wire import advice_pb2_grpc as pb_grpc
+from wire import faultsfile
 from wire.fidelity import create_file
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 
@@ -336,6 +337,18 @@ class Testbed:
             self.switches[switch].process.set_faults(state["delay_ms"], dict(state["rates"]))
         except NotImplementedError as exc:
             raise TestbedError(f"{switch}: {exc}") from None
+        return began
+
+    def set_host_faults(self, host: str, compute_delay_ms: float) -> float:
+        """A slow host: every all-reduce rank on `host` takes compute_delay_ms longer over each piece it
+        reduces or copies (a straggling GPU; 0 clears). Ranks running now pick it up within 0.1 s.
+        Returns the wall time."""
+        if not self.topo.is_host(host):
+            raise TestbedError(f"no host {host!r} in {self.topo.name}")
+        if not 0 <= compute_delay_ms <= 60_000:
+            raise TestbedError(f"{host}: a compute delay must be within 0..60000 ms, got {compute_delay_ms:g}")
+        began = self.now()
+        faultsfile.write(faultsfile.path_of(self.run_dir, host, "hosts"), {"compute_delay_ms": compute_delay_ms})
         return began
 
     def flap_link(self, a: str, b: str, count: int, period_s: float) -> list[float]:

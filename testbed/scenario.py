@@ -24,6 +24,7 @@
       - {at_s: 15, kind: flap, link: [s4, s2], count: 10, period_s: 0.5}  # down and up, 10 times
       - {at_s: 20, kind: rate, link: [s3, s1], mbps: 10}   # s3's port to s1 drains at 10 Mbit/s; 0 restores
       - {at_s: 25, kind: delay, switch: s2, delay_ms: 5}  # s2 holds every frame 5 ms; 0 clears
+      - {at_s: 28, kind: delay, host: h3, delay_ms: 20}   # h3's ranks take 20 ms longer per piece
 
 `load_scenario` checks everything against the topology before anything starts and names the
 field of the first problem (``jobs[1].hosts: no host 'h99' in leafspine-2x2x4``).
@@ -77,12 +78,12 @@ class JobSpecification:
 class Fault:
     at_s: float
     kind: str
-    link: tuple[str, str]  # loss: (sender, receiver); rate: (switch, neighbour); delay: (switch, switch)
+    link: tuple[str, str]  # loss: (sender, receiver); rate: (switch, neighbour); delay: (node, node)
     percent: float = 0.0  # loss: share of the sender's frames lost (0 clears)
     count: int = 0  # flap: down-up cycles
     period_s: float = 0.0  # flap: one cycle (down for half of it)
     mbps: float = 0.0  # rate: the port's drain rate (0 restores its own)
-    delay_ms: float = 0.0  # delay: every frame held this long (0 clears)
+    delay_ms: float = 0.0  # delay: a switch holds every frame, a host's ranks every piece this long (0 clears)
 
 
 @dataclass
@@ -292,12 +293,15 @@ class _Reader:
         fields = {"loss": {"percent"}, "flap": {"count", "period_s"}, "rate": {"mbps"}}
         extra = fields.get(kind, set()) if isinstance(kind, str) else set()
         if kind == "delay":
-            d = self.mapping(value, where, {"at_s", "kind", "switch", "delay_ms"})
+            d = self.mapping(value, where, {"at_s", "kind", "switch", "host", "delay_ms"})
             at = float(self.number(d.get("at_s"), f"{where}.at_s", 0, duration))
-            switch = d.get("switch")
-            if not isinstance(switch, str) or not topo.is_switch(switch):
-                raise self.fail(f"{where}.switch", f"no switch {switch!r} in {topo.name}")
-            return Fault(at, kind, (switch, switch),
+            if ("switch" in d) == ("host" in d):
+                raise self.fail(f"{where}", "a delay names one switch (switch: s2) or one host (host: h3)")
+            role = "switch" if "switch" in d else "host"
+            node = d[role]
+            if not isinstance(node, str) or not (topo.is_switch(node) if role == "switch" else topo.is_host(node)):
+                raise self.fail(f"{where}.{role}", f"no {role} {node!r} in {topo.name}")
+            return Fault(at, kind, (node, node),
                          delay_ms=float(self.number(d.get("delay_ms"), f"{where}.delay_ms", 0, 1000)))
         d = self.mapping(value, where, {"at_s", "kind", "link"} | extra)
         if kind not in FAULT_KINDS:

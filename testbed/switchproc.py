@@ -9,7 +9,6 @@ alive and answer P4Runtime Capabilities; otherwise the error carries the tail of
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import grpc
 
 from testbed.ports import port_answers
 from testbed.rundir import PROJECT_ROOT, forget_pid, record_pid
+from wire import faultsfile
 from wire.cpu import CPU_PORT
 from wire.fidelity import BMV2_RATE_PKT_BYTES
 from wire.proto import p4r, p4r_grpc
@@ -171,13 +171,11 @@ class SoftSwitchProcess(SwitchProcess):
 
     @property
     def faults_path(self) -> Path:
-        return self.run_dir / "switches" / f"{self.name}.faults.json"
+        return faultsfile.path_of(self.run_dir, self.name, "switches")
 
     def set_faults(self, delay_ms: float, rates: dict[int, float]) -> None:
         """Written for the switch to pick up (it looks every 50 ms), atomically."""
-        tmp = self.faults_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"delay_ms": delay_ms, "rates": {str(p): r for p, r in rates.items()}}))
-        tmp.replace(self.faults_path)
+        faultsfile.write(self.faults_path, {"delay_ms": delay_ms, "rates": {str(p): r for p, r in rates.items()}})
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "softswitch", "--device-id", str(self.device_id), "--name", self.name,

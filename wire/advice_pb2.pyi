@@ -365,6 +365,106 @@ class DiagnoseRequest(_message.Message):
 Global___DiagnoseRequest: _TypeAlias = DiagnoseRequest  # noqa: Y015
 
 @_typing.final
+class StepTime(_message.Message):
+    """one piece (chunk) of a step"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEP_FIELD_NUMBER: _builtins.int
+    SEND_FIELD_NUMBER: _builtins.int
+    PEER_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    START_S_FIELD_NUMBER: _builtins.int
+    DURATION_S_FIELD_NUMBER: _builtins.int
+    COMPUTE_S_FIELD_NUMBER: _builtins.int
+    step: _builtins.int
+    send: _builtins.bool
+    """a send to the peer, or a receive from it"""
+    peer: _builtins.str
+    """the peer rank's fabric IP"""
+    bytes: _builtins.int
+    start_s: _builtins.float
+    """since its iteration began"""
+    duration_s: _builtins.float
+    compute_s: _builtins.float
+    """of it, this rank's own work on the data (reduce or copy), not waiting"""
+    def __init__(
+        self,
+        *,
+        step: _builtins.int = ...,
+        send: _builtins.bool = ...,
+        peer: _builtins.str = ...,
+        bytes: _builtins.int = ...,
+        start_s: _builtins.float = ...,
+        duration_s: _builtins.float = ...,
+        compute_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "compute_s", b"compute_s", "duration_s", b"duration_s", "peer", b"peer", "send", b"send", "start_s", b"start_s", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepTime: _TypeAlias = StepTime  # noqa: Y015
+
+@_typing.final
+class StepReport(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    RANK_FIELD_NUMBER: _builtins.int
+    WORLD_FIELD_NUMBER: _builtins.int
+    ITERATION_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
+    host: _builtins.str
+    """the rank's fabric IP"""
+    job: _builtins.str
+    rank: _builtins.int
+    world: _builtins.int
+    iteration: _builtins.int
+    """of the newest pieces"""
+    @_builtins.property
+    def steps(self) -> _containers.RepeatedCompositeFieldContainer[Global___StepTime]: ...
+    def __init__(
+        self,
+        *,
+        host: _builtins.str = ...,
+        job: _builtins.str = ...,
+        rank: _builtins.int = ...,
+        world: _builtins.int = ...,
+        iteration: _builtins.int = ...,
+        steps: _abc.Iterable[Global___StepTime] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "iteration", b"iteration", "job", b"job", "rank", b"rank", "steps", b"steps", "world", b"world"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepReport: _TypeAlias = StepReport  # noqa: Y015
+
+@_typing.final
+class StepReportReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOSTS_FIELD_NUMBER: _builtins.int
+    hosts: _builtins.int
+    """hosts whose steps the localiser holds now"""
+    def __init__(
+        self,
+        *,
+        hosts: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hosts", b"hosts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepReportReply: _TypeAlias = StepReportReply  # noqa: Y015
+
+@_typing.final
 class Suspect(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -375,9 +475,9 @@ class Suspect(_message.Message):
     SINCE_FIELD_NUMBER: _builtins.int
     ALERT_FIELD_NUMBER: _builtins.int
     target: _builtins.str
-    """"link s1-s3" or "switch s3" """
+    """"link s1-s3", "switch s3" or "host h3" """
     fault: _builtins.str
-    """down | loss | slow-port | slow-switch"""
+    """down | loss | slow-port | slow-switch | slow-host"""
     score: _builtins.float
     """0..1"""
     evidence: _builtins.str

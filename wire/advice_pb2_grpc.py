@@ -74,6 +74,11 @@ class AdviceStub(object):
                 request_serializer=wire_dot_advice__pb2.DiagnoseRequest.SerializeToString,
                 response_deserializer=wire_dot_advice__pb2.Diagnosis.FromString,
                 _registered_method=True)
+        self.ReportSteps = channel.unary_unary(
+                '/starnet.advice.v1.Advice/ReportSteps',
+                request_serializer=wire_dot_advice__pb2.StepReport.SerializeToString,
+                response_deserializer=wire_dot_advice__pb2.StepReportReply.FromString,
+                _registered_method=True)
 
 
 class AdviceServicer(object):
@@ -136,6 +141,14 @@ class AdviceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportSteps(self, request, context):
+        """An all-reduce rank's step timings, piece by piece as they complete: evidence for fault
+        localisation (a rank whose own work per piece takes far longer than its peers' is a slow host).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdviceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -178,6 +191,11 @@ def add_AdviceServicer_to_server(servicer, server):
                     servicer.Diagnose,
                     request_deserializer=wire_dot_advice__pb2.DiagnoseRequest.FromString,
                     response_serializer=wire_dot_advice__pb2.Diagnosis.SerializeToString,
+            ),
+            'ReportSteps': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportSteps,
+                    request_deserializer=wire_dot_advice__pb2.StepReport.FromString,
+                    response_serializer=wire_dot_advice__pb2.StepReportReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -396,6 +414,33 @@ class Advice(object):
             '/starnet.advice.v1.Advice/Diagnose',
             wire_dot_advice__pb2.DiagnoseRequest.SerializeToString,
             wire_dot_advice__pb2.Diagnosis.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportSteps(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/starnet.advice.v1.Advice/ReportSteps',
+            wire_dot_advice__pb2.StepReport.SerializeToString,
+            wire_dot_advice__pb2.StepReportReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -54,6 +54,10 @@ class AdviceStub:
     """
     Diagnose: _grpc.UnaryUnaryMultiCallable[_advice_pb2.DiagnoseRequest, _advice_pb2.Diagnosis]
     """Fault localisation: the suspects now, strongest first, with their evidence, and the alerts so far."""
+    ReportSteps: _grpc.UnaryUnaryMultiCallable[_advice_pb2.StepReport, _advice_pb2.StepReportReply]
+    """An all-reduce rank's step timings, piece by piece as they complete: evidence for fault
+    localisation (a rank whose own work per piece takes far longer than its peers' is a slow host).
+    """
 
 @_typing.type_check_only
 class AdviceAsyncStub(AdviceStub):
@@ -76,6 +80,10 @@ class AdviceAsyncStub(AdviceStub):
     """
     Diagnose: _aio.UnaryUnaryMultiCallable[_advice_pb2.DiagnoseRequest, _advice_pb2.Diagnosis]  # type: ignore[assignment]
     """Fault localisation: the suspects now, strongest first, with their evidence, and the alerts so far."""
+    ReportSteps: _aio.UnaryUnaryMultiCallable[_advice_pb2.StepReport, _advice_pb2.StepReportReply]  # type: ignore[assignment]
+    """An all-reduce rank's step timings, piece by piece as they complete: evidence for fault
+    localisation (a rank whose own work per piece takes far longer than its peers' is a slow host).
+    """
 
 class AdviceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -143,5 +151,15 @@ class AdviceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_advice_pb2.Diagnosis, _abc.Awaitable[_advice_pb2.Diagnosis]]:
         """Fault localisation: the suspects now, strongest first, with their evidence, and the alerts so far."""
+
+    @_abc_1.abstractmethod
+    def ReportSteps(
+        self,
+        request: _advice_pb2.StepReport,
+        context: _ServicerContext,
+    ) -> _typing.Union[_advice_pb2.StepReportReply, _abc.Awaitable[_advice_pb2.StepReportReply]]:
+        """An all-reduce rank's step timings, piece by piece as they complete: evidence for fault
+        localisation (a rank whose own work per piece takes far longer than its peers' is a slow host).
+        """
 
 def add_AdviceServicer_to_server(servicer: AdviceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

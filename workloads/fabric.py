@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from testbed.rundir import RUNS, forget_pid, record_pid
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology, load_topology
+from wire import faultsfile
 from workloads.hosts import Endpoint, JobError
 
 if TYPE_CHECKING:
@@ -86,6 +87,10 @@ class FabricView:
         for path in (run_dir / "pids").glob("host-*.pid"):
             pids[path.stem.removeprefix("host-")] = int(path.read_text().split()[0])
         return cls(run_dir, load_topology(run_dir / "topology.yaml"), pids)
+
+    def host_faults(self, host: str) -> Path:
+        """The host's faults file (written by Testbed.set_host_faults), which its ranks follow."""
+        return faultsfile.path_of(self.run_dir, host, "hosts")
 
     def controller_address(self) -> str | None:
         path = self.run_dir / "controller.addr"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -82,6 +83,16 @@ def test_cli_pingall_and_queues_through_a_tty():
         child.expect_exact("mininet> ")
         child.sendline("loss s1 s2 5")
         child.expect_exact("no link between s1 and s2")
+        child.expect_exact("mininet> ")
+        child.sendline("slow h2 20")  # a slow host: the faults file its ranks follow
+        child.expect_exact("h2: its ranks take 20 ms longer per piece")
+        child.expect_exact("mininet> ")
+        assert json.loads((run_dir / "hosts" / "h2.faults.json").read_text()) == {"compute_delay_ms": 20.0}
+        child.sendline("slow h2 0")
+        child.expect_exact("h2: no added compute delay")
+        child.expect_exact("mininet> ")
+        child.sendline("slow h99 5")
+        child.expect_exact("slow: no switch or host 'h99'")
         child.expect_exact("mininet> ")
         child.sendline("exit")
         child.expect(pexpect.EOF, timeout=30)

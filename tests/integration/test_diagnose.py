@@ -1,6 +1,7 @@
 """Fault localisation, shortened: one trial of every fault kind (link down, 2-20% loss on one
-direction, a port at half its capacity, a switch holding every frame 5 ms) and one without a fault,
-on the default fabric under all-reduce load. Every fault is pinned to its link or switch as the
+direction, a port at half its capacity, a switch holding every frame 5 ms, a host whose ranks take
+10-40 ms longer per piece) and one without a fault, on the default fabric under all-reduce load.
+Every fault is pinned to its link, switch or host as the
 top alert (the trial waits up to 20 s for it here, the evaluation 10 s: a test's margin on a busy
 machine); the no-fault trial raises no alarm."""
 

@@ -7,7 +7,10 @@ as chunk k of step s is reduced: the ring and the tree pipeline across steps as 
 
 Per peer there is one sender and one receiver thread, each working through its pieces in schedule
 order; both ends of a connection list the same pieces in the same order, so the byte stream needs
-no framing. Every step's first start and last end are recorded (for fault localisation).
+no framing. Every step's first start and last end are recorded, and how much of it was the rank's
+own work on the data (reduce or copy, after the data and its dependencies were there): a slow host
+shows there, whatever the network does (fault localisation, controller/localizer.py). An injected
+compute delay (`ComputeDelay`) lengthens that work, as a straggling GPU would.
 """
 
 from __future__ import annotations
@@ -80,6 +83,17 @@ class StepTiming:
     bytes: int
     start: float  # time.monotonic() of the first piece
     end: float
+    compute: float = 0.0  # seconds of the rank's own work on the step's pieces (receives: reduce or copy)
+
+
+PieceDone = Callable[[Piece, int, float, float, float], None]  # piece, bytes, start, end, work (s)
+
+
+@dataclass
+class ComputeDelay:
+    """An injected fault: every received piece's reduce or copy takes `seconds` longer (a slow host)."""
+
+    seconds: float = 0.0
 
 
 def _recv_exact(sock: socket.socket, view: memoryview) -> None:
@@ -94,10 +108,15 @@ def _recv_exact(sock: socket.socket, view: memoryview) -> None:
 class Executor:
     """Runs a rank's pieces over `conns` (peer rank → connected socket)."""
 
-    def __init__(self, pieces: list[Piece], conns: dict[int, socket.socket], chunk: int) -> None:
+    def __init__(self, pieces: list[Piece], conns: dict[int, socket.socket], chunk: int,
+                 delay: ComputeDelay | None = None, on_piece: PieceDone | None = None) -> None:
+        """delay: injected compute delay (a slow host); on_piece(piece, bytes, start, end, work): told of every
+        piece as it completes, from the thread that moved it (step timings reported as they happen)."""
         self.pieces = pieces
         self.conns = conns
         self.chunk = chunk
+        self.delay = delay or ComputeDelay()
+        self.on_piece = on_piece
         missing = {p.op.peer for p in pieces} - set(conns)
         if missing:
             raise ValueError(f"no connection to peer ranks {sorted(missing)}")
@@ -108,6 +127,7 @@ class Executor:
         failed = threading.Event()
         errors: list[str] = []
         times: list[tuple[float, float] | None] = [None] * len(pieces)
+        work = [0.0] * len(pieces)
         raw = memoryview(buf).cast("B")  # type: ignore[arg-type]  # numpy arrays are buffers
         itemsize = buf.itemsize
 
@@ -124,8 +144,11 @@ class Executor:
                 p = pieces[i]
                 t0 = time.monotonic()
                 sock.sendall(raw[p.start * itemsize:p.stop * itemsize])
-                times[i] = (t0, time.monotonic())
+                end = time.monotonic()
+                times[i] = (t0, end)
                 done[i].set()
+                if self.on_piece:
+                    self.on_piece(p, (p.stop - p.start) * itemsize, t0, end, 0.0)
 
         def receiver(peer: int, mine: list[int]) -> None:
             sock = self.conns[peer]
@@ -137,12 +160,19 @@ class Executor:
                 t0 = time.monotonic()
                 _recv_exact(sock, sview[:n * itemsize])
                 wait_deps(i)
+                ready = time.monotonic()
+                if self.delay.seconds > 0:
+                    time.sleep(self.delay.seconds)
                 if p.op.reduce:
                     np.add(buf[p.start:p.stop], scratch[:n], out=buf[p.start:p.stop])
                 else:
                     buf[p.start:p.stop] = scratch[:n]
-                times[i] = (t0, time.monotonic())
+                end = time.monotonic()
+                times[i] = (t0, end)
+                work[i] = end - ready
                 done[i].set()
+                if self.on_piece:
+                    self.on_piece(p, n * itemsize, t0, end, work[i])
 
         def guarded(target: Callable[[int, list[int]], None], peer: int, mine: list[int], what: str) -> None:
             try:
@@ -168,20 +198,22 @@ class Executor:
             t.join()
         if errors or failed.is_set():
             raise PeerError("; ".join(errors) or "a transfer failed")
-        return step_timings(pieces, times, itemsize)
+        return step_timings(pieces, times, work, itemsize)
 
 
-def step_timings(pieces: list[Piece], times: list[tuple[float, float] | None], itemsize: int) -> list[StepTiming]:
+def step_timings(pieces: list[Piece], times: list[tuple[float, float] | None], work: list[float],
+                 itemsize: int) -> list[StepTiming]:
     steps: dict[tuple[int, bool, int], StepTiming] = {}
-    for p, t in zip(pieces, times, strict=True):
+    for p, t, w in zip(pieces, times, work, strict=True):
         if t is None:
             continue
         key = (p.op.step, p.op.send, p.op.peer)
         s = steps.get(key)
         if s is None:
-            steps[key] = StepTiming(p.op.step, p.op.send, p.op.peer, (p.stop - p.start) * itemsize, t[0], t[1])
+            steps[key] = StepTiming(p.op.step, p.op.send, p.op.peer, (p.stop - p.start) * itemsize, t[0], t[1], w)
         else:
             s.bytes += (p.stop - p.start) * itemsize
             s.start = min(s.start, t[0])
             s.end = max(s.end, t[1])
+            s.compute += w
     return sorted(steps.values(), key=lambda s: (s.step, not s.send, s.peer))

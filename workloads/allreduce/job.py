@@ -30,7 +30,8 @@ CONGESTION_CONTROL = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 class JobSpec:
     """hosts: Mininet host names (or local=N ranks on loopback); sizes: message sizes in bytes;
     algo: ring | tree | hd | auto; chunk_bytes: pipelining unit; order: topology | given;
-    declare: declare demands to the controller (None: whenever the testbed has one); port_base: fixed
+    declare: declare demands to the controller (None: whenever the testbed has one; its ranks report
+    their step timings there whatever this says); port_base: fixed
     TCP ports for the ranks (0: ephemeral), so repeated runs take the same ECMP paths."""
 
     hosts: list[str] = field(default_factory=list)
@@ -104,20 +105,20 @@ def run_job(spec: JobSpec, view: FabricView | None = None, progress: Callable[[s
         endpoints = local_endpoints(spec.local)
         workdir = workdir or new_run_dir(f"allreduce-{spec.name}")
         spawner: Spawner = LocalSpawner()
-        controller, link_mbps, topo_text = None, None, f"loopback:{spec.local}"
+        controller, link_mbps, topo_text, faults_file = None, None, f"loopback:{spec.local}", None
     else:
         if view is None:
             view = FabricView.of_run_dir()
         endpoints = view.endpoints(spec.hosts, spec.order)
         workdir = workdir or view.job_dir(spec.name)
         spawner = view.spawner(workdir.name)
-        declare = spec.declare if spec.declare is not None else True
-        controller = view.controller_address() if declare else None
+        controller = view.controller_address()
+        faults_file = view.host_faults
         link_mbps = view.link_mbps(spec.hosts)
         topo_text = view.topo.to_yaml()
     hosts = [e.name for e in endpoints]
     job = AllReduceJob(endpoints, spawner, workdir, name=spec.name, controller=controller, cc=spec.cc, seed=spec.seed,
-                       port_base=spec.port_base)
+                       port_base=spec.port_base, declare=spec.declare is not False, faults_file=faults_file)
     results, picks = [], {}
     started = time.time()
     if progress:

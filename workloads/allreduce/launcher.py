@@ -50,7 +50,8 @@ class SizeResult:
     world: int
     times_s: list[float]
     wrong: int
-    steps: list[list] = field(default_factory=list)  # last iteration: [rank, step, send, peer, bytes, start, end]
+    steps: list[list] = field(default_factory=list)  # last iteration: [rank, step, send, peer, bytes, start, end,
+    #                                                    compute]
 
     @property
     def count(self) -> int:
@@ -99,12 +100,15 @@ def format_table(results: list[SizeResult], link_mbps: float | None = None) -> s
 
 class AllReduceJob:
     """endpoints: the ranks' hosts in rank order; spawner: starts a rank process on its host;
-    workdir: rank logs and the control socket; controller: gRPC address for declared demands
-    (None: none declared); cc: TCP congestion control; seed: of the input data."""
+    workdir: rank logs and the control socket; controller: gRPC address the ranks report their
+    step timings to (None: no controller); declare: the ranks also declare their demands there;
+    faults_file: a host's faults file, which its ranks follow (None: none followed);
+    cc: TCP congestion control; seed: of the input data."""
 
     def __init__(self, endpoints: list[Endpoint], spawner: Spawner, workdir: Path, name: str = "allreduce",
                  controller: str | None = None, cc: str | None = None, seed: int = 0,
-                 timeout_s: float = 120.0, port_base: int = 0) -> None:
+                 timeout_s: float = 120.0, port_base: int = 0, declare: bool = True,
+                 faults_file: Callable[[str], Path] | None = None) -> None:
         if len(endpoints) < 2:
             raise JobError(f"job {name}: an all-reduce needs at least 2 ranks, got {len(endpoints)}")
         if len({e.name for e in endpoints}) != len(endpoints) and len({e.ip for e in endpoints}) > 1:
@@ -112,6 +116,8 @@ class AllReduceJob:
         self.endpoints = endpoints
         self.name = name
         self.controller = controller
+        self.declare = declare
+        self.faults_file = faults_file
         self.cc = cc
         self.seed = seed
         self.port_base = port_base
@@ -141,8 +147,11 @@ class AllReduceJob:
                 "--timeout-s", str(self.group.timeout_s), "--log-file", str(self.group.log_path(rank))]
         if self.cc:
             argv += ["--cc", self.cc]
+        argv += ["--job", self.name]
         if self.controller:
-            argv += ["--controller", self.controller]
+            argv += ["--controller", self.controller] + (["--declare"] if self.declare else [])
+        if self.faults_file:
+            argv += ["--faults-file", str(self.faults_file(ep.name))]
         if self.port_base:
             argv += ["--port-base", str(self.port_base)]
         return argv

@@ -7,6 +7,9 @@ the other ranks over TCP: a full mesh, so one job can run every algorithm. Proto
   ← {"connected": n}                         → {"run": {"count", "algo", "chunk", "iter"}}
   ← {"ready": iter}                          → {"go": iter}
   ← {"done": iter, "start", "end", "wrong", "steps"} or {"error": text}   … → {"exit": true}
+With --controller it reports its pieces' timings there as they complete (ReportSteps: evidence for
+fault localisation) and, with --declare, declares its transfers before sending (DeclareDemand). With
+--faults-file it follows the compute delay injected on its host (a slow host).
 """
 
 from __future__ import annotations
@@ -16,13 +19,15 @@ import logging
 import socket
 import struct
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
+from wire.faultsfile import Followed
 from workloads.allreduce.data import count_wrong, expected_sum, rank_data
-from workloads.allreduce.executor import Executor, PeerError, cut
+from workloads.allreduce.executor import ComputeDelay, Executor, PeerError, Piece, cut
 from workloads.allreduce.schedule import bytes_sent, schedule
 from workloads.hosts import Control
 
@@ -40,7 +45,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cc", help="TCP congestion control of the data connections (cubic, bbr, reno, …)")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="give up on a silent peer after this")
-    parser.add_argument("--controller", help="gRPC address of the controller: declare demands before sending")
+    parser.add_argument("--controller", help="gRPC address of the controller: report step timings there")
+    parser.add_argument("--declare", action="store_true", help="declare demands to the controller before sending")
+    parser.add_argument("--job", default="allreduce", help="the job's name, in step reports")
+    parser.add_argument("--faults-file", type=Path, help="follow this host's injected faults (compute_delay_ms)")
     parser.add_argument("--port-base", type=int, default=0,
                         help="listen on BASE+rank and connect from BASE+PEERS+peer (0: ephemeral ports). Fixed "
                              "ports give fixed 5-tuples, so ECMP puts the flows on the same paths in every run")
@@ -92,23 +100,38 @@ def connect_mesh(args: argparse.Namespace, listener: socket.socket,
     return conns
 
 
-class Declarer:
-    """Declares this rank's upcoming transfers to the controller (the proactive part of the advice loop)."""
+class ControllerLink:
+    """The rank's calls to the controller: its upcoming transfers (DeclareDemand, the proactive part
+    of the advice loop; only when `declare`) and its pieces' timings as they complete, sent every
+    `report_s` (ReportSteps: a slow host shows within a second, not at the end of a long iteration)."""
 
-    def __init__(self, address: str, my_ip: str, peer_ips: list[str]) -> None:
+    def __init__(self, address: str, my_ip: str, peer_ips: list[str], declare: bool, job: str, rank: int,
+                 report_s: float = 0.5) -> None:
         import grpc
 
         from wire import advice_pb2 as pb
         from wire import advice_pb2_grpc as pb_grpc
 
         self.pb = pb
+        self.rpc_error = grpc.RpcError
         self.channel = grpc.insecure_channel(address)
         self.stub = pb_grpc.AdviceStub(self.channel)
         self.my_ip = my_ip
         self.peer_ips = peer_ips
+        self.declaring = declare
         self.active: set[str] = set()
+        self.report = pb.StepReport(host=my_ip, job=job, rank=rank, world=len(peer_ips))
+        self.iteration_start = 0.0
+        self.pending: list = []
+        self.lock = threading.Lock()
+        self.report_failures = 0
+        self.stopping = threading.Event()
+        self.reporter = threading.Thread(target=self._report_every, args=(report_s,), daemon=True)
+        self.reporter.start()
 
     def declare(self, sent: dict[int, int]) -> None:
+        if not self.declaring:
+            return
         for peer, nbytes in sent.items():
             dst = self.peer_ips[peer]
             self.stub.DeclareDemand(self.pb.DemandRequest(src=self.my_ip, dst=dst, bytes=nbytes), timeout=5)
@@ -116,17 +139,73 @@ class Declarer:
         for dst in self.active - {self.peer_ips[p] for p in sent}:
             self._stop(dst)
 
+    def begin(self, iteration: int, start: float) -> None:
+        """An iteration starts (time.monotonic()); pieces from now on are reported as part of it."""
+        with self.lock:
+            self._send()
+            self.report.iteration = iteration
+            self.iteration_start = start
+
+    def piece_done(self, piece: Piece, nbytes: int, start: float, end: float, work: float) -> None:
+        """The executor's on_piece."""
+        step = self.pb.StepTime(step=piece.op.step, send=piece.op.send, peer=self.peer_ips[piece.op.peer],
+                                bytes=nbytes, start_s=max(0.0, start - self.iteration_start),
+                                duration_s=end - start, compute_s=work)
+        with self.lock:
+            self.pending.append(step)
+
+    def _report_every(self, period_s: float) -> None:
+        while not self.stopping.wait(period_s):
+            with self.lock:
+                self._send()
+
+    def _send(self) -> None:
+        """Step timings as evidence; a controller that cannot take them costs the job nothing."""
+        if not self.pending:
+            return
+        del self.report.steps[:]
+        self.report.steps.extend(self.pending)
+        self.pending = []
+        try:
+            self.stub.ReportSteps(self.report, timeout=2)
+        except self.rpc_error as exc:
+            self.report_failures += 1
+            if self.report_failures == 1:
+                log.warning("step timings not reported (the controller said %s); going on without", exc.code())
+
     def _stop(self, dst: str) -> None:
         self.stub.DeclareDemand(self.pb.DemandRequest(src=self.my_ip, dst=dst, stop=True), timeout=5)
         self.active.discard(dst)
 
     def close(self) -> None:
+        self.stopping.set()
+        self.reporter.join()
+        with self.lock:
+            self._send()
         for dst in list(self.active):
             try:
                 self._stop(dst)
             except Exception as exc:  # noqa: BLE001 - the controller may be gone; the demand then ages out there
                 log.warning("could not withdraw the demand to %s: %s", dst, exc)
         self.channel.close()
+
+
+def follow_faults(path: Path, delay: ComputeDelay, stop: threading.Event, period_s: float = 0.1) -> None:
+    """Keep `delay` as the host's faults file says: {"compute_delay_ms": D} (absent or 0: none)."""
+    followed = Followed(path)
+    while True:
+        try:
+            faults = followed.changed()
+            if faults is not None:
+                ms = float(faults.get("compute_delay_ms", 0.0))
+                if not 0 <= ms <= 60_000:
+                    raise ValueError(f"compute_delay_ms must be within 0..60000, got {ms:g}")
+                delay.seconds = ms / 1000
+                log.warning("injected fault: every received piece's reduce or copy takes %g ms longer", ms)
+        except (OSError, ValueError, TypeError) as exc:
+            log.error("faults file %s: %s (faults unchanged)", path, exc)
+        if stop.wait(period_s):
+            return
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     conns = connect_mesh(args, listener, peers)
     listener.close()
     control.send({"connected": len(conns)})
-    declarer = Declarer(args.controller, args.ip, [ip for ip, _ in peers]) if args.controller else None
+    link = (ControllerLink(args.controller, args.ip, [ip for ip, _ in peers], args.declare, args.job, args.rank)
+            if args.controller else None)
+    delay, stop = ComputeDelay(), threading.Event()
+    if args.faults_file:
+        threading.Thread(target=follow_faults, args=(args.faults_file, delay, stop), daemon=True).start()
     inputs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     plans: dict[tuple, tuple] = {}
     try:
@@ -161,15 +244,17 @@ def main(argv: list[str] | None = None) -> int:
             if key not in plans:
                 ops = schedule(algo, args.world, args.rank, count)
                 plans.clear()
-                plans[key] = (Executor(cut(ops, chunk), {p: conns[p] for p in {op.peer for op in ops}}, chunk),
-                              bytes_sent(ops))
+                plans[key] = (Executor(cut(ops, chunk), {p: conns[p] for p in {op.peer for op in ops}}, chunk,
+                                       delay, link.piece_done if link else None), bytes_sent(ops))
             executor, sent = plans[key]
             buf = inputs[count][0].copy()
-            if declarer is not None:
-                declarer.declare(sent)
+            if link is not None:
+                link.declare(sent)
             control.send({"ready": run["iter"]})
             control.recv()  # go
             start = time.monotonic()
+            if link is not None:
+                link.begin(run["iter"], start)
             try:
                 steps = executor.run(buf)
             except PeerError as exc:
@@ -178,10 +263,11 @@ def main(argv: list[str] | None = None) -> int:
             end = time.monotonic()
             control.send({"done": run["iter"], "start": start, "end": end,
                           "wrong": count_wrong(buf, inputs[count][1]),
-                          "steps": [[s.step, s.send, s.peer, s.bytes, s.start, s.end] for s in steps]})
+                          "steps": [[s.step, s.send, s.peer, s.bytes, s.start, s.end, s.compute] for s in steps]})
     finally:
-        if declarer is not None:
-            declarer.close()
+        stop.set()
+        if link is not None:
+            link.close()
         for sock in conns.values():
             sock.close()
     return 0

@@ -1,5 +1,5 @@
 """Injected link loss (controller/faults.py): the fault_inject writes for each change, the errors
-naming the field, and the API's answers to bad requests."""
+naming the field, and the API's answers to bad requests; the ranks' step reports checked the same way."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import grpc
 import pytest
 
 from controller.advice import AdviceLoop
-from controller.faults import PROB_STEPS, FaultError, LinkLoss
+from controller.faults import PROB_STEPS, FaultError, LinkLoss, step_work
+from controller.localizer import Localizer
 from controller.service import start_server
 from controller.telemetry import Collector
 from topologies import leafspine
@@ -56,17 +57,49 @@ def test_bad_requests_name_the_field(sender, receiver, percent, field):
         LinkLoss(TOPO).set(SCHEMA, sender, receiver, percent)
 
 
+HOST_BY_IP = {a.ip: name for name, a in AddressPlan(TOPO).hosts.items()}
+H2_IP = AddressPlan(TOPO).hosts["h2"].ip
+
+
+def report(**step) -> pb.StepReport:
+    return pb.StepReport(host=H2_IP, job="j", rank=1, world=4, iteration=3, steps=[
+        pb.StepTime(step=0, send=True, peer="10.0.0.9", bytes=4096, start_s=0.0, duration_s=0.1),
+        pb.StepTime(**{"step": 0, "send": False, "peer": "10.0.0.9", "bytes": 4096, "start_s": 0.0,
+                       "duration_s": 0.1, "compute_s": 0.02, **step})])
+
+
+def test_a_step_report_gives_its_host_and_the_work_of_its_received_steps():
+    assert step_work(report(), HOST_BY_IP) == ("h2", [0.02])
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"compute_s": -0.001}, r"StepReport.steps\[1\].compute_s"),
+    ({"duration_s": float("nan")}, r"StepReport.steps\[1\].duration_s"),
+    ({"start_s": float("inf")}, r"StepReport.steps\[1\].start_s"),
+])
+def test_bad_step_reports_name_the_field(change, field):
+    with pytest.raises(FaultError, match=field):
+        step_work(report(**change), HOST_BY_IP)
+    with pytest.raises(FaultError, match="StepReport.host"):
+        step_work(pb.StepReport(host="192.0.2.1"), HOST_BY_IP)
+
+
 class Faults:
-    """The controller's set_link_loss without switches: the writes are computed and kept."""
+    """The controller's set_link_loss without switches (the writes are computed and kept), and its
+    step reports into a localiser."""
 
     def __init__(self) -> None:
         self.loss = LinkLoss(TOPO)
         self.written: list[p4r.Update] = []
+        self.localizer = Localizer(TOPO)
 
     async def set_link_loss(self, sender: str, receiver: str, percent: float) -> float:
         installed, updates = self.loss.set(SCHEMA, sender, receiver, percent)
         self.written += updates
         return installed
+
+    def report_steps(self, request: pb.StepReport) -> int:
+        return self.localizer.add_steps(0.0, *step_work(request, HOST_BY_IP))
 
 
 async def with_api(tmp_path, faults, body):
@@ -91,12 +124,19 @@ def test_the_api_sets_loss_and_answers_invalid_argument_or_unimplemented(tmp_pat
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stub.SetLinkLoss(pb.LinkLossRequest(sender="s2", receiver="s9", percent=50))
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "receiver" in info.value.details()
+        assert (await stub.ReportSteps(report())).hosts == 1
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.ReportSteps(report(compute_s=-1.0))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "compute_s" in info.value.details()
 
     asyncio.run(with_api(tmp_path, faults, body))
 
     async def unimplemented(stub):
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stub.SetLinkLoss(pb.LinkLossRequest(sender="s2", receiver="s4", percent=50))
+        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.ReportSteps(report())
         assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
     bare = tmp_path / "bare"

@@ -95,3 +95,35 @@ def test_a_switch_that_holds_every_frame_is_a_slow_switch():
 def test_a_down_link_is_the_top_suspect():
     top = run(Localizer(TOPO), 2, down={frozenset(("s1", "s3"))}, lost=0.0)
     assert (top[0].target, top[0].fault, top[0].alert) == ("link s1-s3", "down", True)
+
+
+def report_work(loc: Localizer, t: float, slow: str | None = None, slow_s: float = 0.02) -> None:
+    """Every host's ranks report 7 received steps at t: 0.3 ms of work each, `slow_s` on `slow`."""
+    for h in TOPO.hosts:
+        loc.add_steps(t, h.name, [slow_s if h.name == slow else 0.0003] * 7)
+
+
+def test_a_host_whose_own_work_per_step_dwarfs_its_peers_is_a_slow_host():
+    loc = Localizer(TOPO)
+    for t in range(6):
+        report_work(loc, float(t), slow="h3" if t >= 2 else None)
+        loc.update(float(t), busy(float(t)), set(), {}, {})
+    top = loc.ranked()[0]
+    assert (top.target, top.fault, top.alert) == ("host h3", "slow-host", True)
+    assert "20.0 ms" in top.evidence and "0.30 ms" in top.evidence
+    assert [s.target for _, s in loc.alerts] == ["host h3"]
+
+
+def test_step_timings_age_out_and_a_lone_or_uniformly_slow_set_of_hosts_is_no_suspect():
+    loc = Localizer(TOPO)
+    for t in range(4):  # every host equally slow: a heavy job, not a slow host
+        for h in TOPO.hosts:
+            loc.add_steps(float(t), h.name, [0.02] * 7)
+        assert loc.update(float(t), busy(float(t)), set(), {}, {}) == []
+    loc = Localizer(TOPO)
+    loc.add_steps(0.0, "h1", [0.05] * 20)
+    loc.add_steps(0.0, "h2", [0.0003] * 20)
+    assert loc.update(0.0, busy(0.0), set(), {}, {}) == []  # one peer is too few to compare with
+    report_work(loc, 1.0, slow="h1")
+    assert loc.update(1.0, busy(1.0), set(), {}, {})[0].target == "host h1"
+    assert loc.update(10.0, busy(10.0), set(), {}, {}) == [] and loc.step_work == {}  # the reports aged out

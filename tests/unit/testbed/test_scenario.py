@@ -27,6 +27,7 @@ faults:
   - {at_s: 6, kind: flap, link: [s4, s2], count: 10, period_s: 0.5}
   - {at_s: 12, kind: rate, link: [s3, s1], mbps: 10}
   - {at_s: 14, kind: delay, switch: s2, delay_ms: 5}
+  - {at_s: 16, kind: delay, host: h3, delay_ms: 20}
 """
 
 
@@ -47,6 +48,7 @@ def test_a_good_file_reads_as_written():
     assert (s.faults[2].count, s.faults[2].period_s) == (10, 0.5)
     assert (s.faults[3].link, s.faults[3].mbps, s.faults[4].link, s.faults[4].delay_ms) == (
         ("s3", "s1"), 10, ("s2", "s2"), 5)
+    assert (s.faults[5].kind, s.faults[5].link, s.faults[5].delay_ms) == ("delay", ("h3", "h3"), 20)
     short = s.shortened(0.5)
     assert short.faults[2].period_s == 0.25
     assert short.jobs[0].size_bytes == 32 << 10 and short.jobs[1].start_s == 0.5 and short.duration_s == 15
@@ -71,6 +73,8 @@ def test_a_good_file_reads_as_written():
      r"faults\[0\]\.percent: unknown field"),
     ("switch: s2, delay_ms", "switch: h1, delay_ms", r"faults\[4\]\.switch: no switch 'h1'"),
     ("delay_ms: 5}", "delay_ms: -1}", r"faults\[4\]\.delay_ms: must be in \[0, 1000\]"),
+    ("host: h3, delay_ms", "host: s3, delay_ms", r"faults\[5\]\.host: no host 's3'"),
+    ("host: h3, delay_ms", "host: h3, switch: s1, delay_ms", r"faults\[5\]: a delay names one switch"),
     ("link: [s3, s1], mbps", "link: [h1, s3], mbps", r"faults\[3\]\.link: a rate is a switch port's"),
     ("name: leafspine", "name: torus", r"topology\.name: 'torus' is not one of"),
     ("size: 64K, iters", "size: 66, iters", r"jobs\[0\]\.size: must be a multiple of 4"),

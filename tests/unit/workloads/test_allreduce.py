@@ -4,18 +4,20 @@ whole jobs of rank processes over loopback TCP (2-8 ranks, every algorithm, odd 
 from __future__ import annotations
 
 import socket
+import statistics
 import threading
 
 import numpy as np
 import pytest
 
+from wire import faultsfile
 from workloads.allreduce.data import count_wrong, expected_sum, rank_data
 from workloads.allreduce.executor import Executor, cut
 from workloads.allreduce.job import JobSpec, run_job
-from workloads.allreduce.launcher import SizeResult, size_range
+from workloads.allreduce.launcher import AllReduceJob, SizeResult, size_range
 from workloads.allreduce.schedule import ALGORITHMS, bytes_sent, schedule, split
 from workloads.allreduce.tuner import TunerCache, candidates
-from workloads.hosts import JobError, parse_size
+from workloads.hosts import JobError, LocalSpawner, local_endpoints, parse_size
 
 
 def run_in_threads(algo: str, n: int, count: int, chunk: int, seed: int = 3) -> list[np.ndarray]:
@@ -133,6 +135,19 @@ def test_rank_processes_over_loopback(algo, tmp_path):
         assert len(result.times_s) == 2 and all(t > 0 for t in result.times_s)
         assert {s[0] for s in result.steps} == set(range(n))  # every rank reported its step timings
         assert (tmp_path / f"{algo}{n}" / "results.json").exists()
+
+
+def test_a_compute_delay_on_one_host_lengthens_its_ranks_own_work_in_the_step_timings(tmp_path):
+    """The slow-host fault: the rank on local1 follows its faults file; its received steps' own work
+    (the 8th field of a step) takes the delay longer, its peers' does not."""
+    faultsfile.write(tmp_path / "local1.faults.json", {"compute_delay_ms": 80})
+    with AllReduceJob(local_endpoints(3), LocalSpawner(), tmp_path, name="slow",
+                      faults_file=lambda host: tmp_path / f"{host}.faults.json") as job:
+        result = job.measure(4 * 3000, iters=1, warmup=1)
+    assert result.wrong == 0
+    work = {rank: [s[7] for s in result.steps if s[0] == rank and not s[2]] for rank in range(3)}
+    assert len(work[1]) == 4 and all(w >= 0.08 for w in work[1])
+    assert statistics.median(work[0] + work[2]) < 0.04
 
 
 def test_auto_tunes_once_then_uses_the_cache(tmp_path):
