@@ -197,14 +197,8 @@ class DataPlane:
                         out_port, out = result
                         if self.delay_s:
                             self.delayed.append((now + self.delay_s, out_port, out, in_port))
-                            continue
-                        queue = egress.get(out_port)
-                        if queue is None:
-                            self._to_cpu_or_drop(out_port, out, in_port)
-                            continue
-                        queue.enqueue(out, now)
-                        if queue.queue:
-                            busy.add(out_port)
+                        else:
+                            self._forward(out_port, out, in_port, now, busy)
                     self.rx_pkts[in_port] += count
                     self.rx_bytes[in_port] += nbytes
                     if fid is not None:
@@ -244,14 +238,18 @@ class DataPlane:
         delayed = self.delayed
         while delayed and delayed[0][0] <= now:
             _, out_port, out, in_port = delayed.popleft()
-            queue = self.egress.get(out_port)
-            if queue is None:
-                self._to_cpu_or_drop(out_port, out, in_port)
-                continue
-            queue.enqueue(out, now)
-            if queue.queue:
-                busy.add(out_port)
+            self._forward(out_port, out, in_port, now, busy)
         return delayed[0][0] - now if delayed else None
+
+    def _forward(self, out_port: int, out: bytearray | IntPending, in_port: int, now: float, busy: set[int]) -> None:
+        """A frame ingress let through: into its egress queue (the port then busy), or to the CPU."""
+        queue = self.egress.get(out_port)
+        if queue is None:
+            self._to_cpu_or_drop(out_port, out, in_port)
+            return
+        queue.enqueue(out, now)
+        if queue.queue:
+            busy.add(out_port)
 
     def read_faults(self) -> None:
         """Injected faults, when their file changed: {"delay_ms": D, "rates": {"PORT": MBPS}} — every

@@ -86,6 +86,18 @@ class PipelineSnapshot:
     flow_cache: dict[tuple, FlowResult] = field(default_factory=dict)
 
 
+def fault_drop_prob(snap: PipelineSnapshot, in_port: int, src: int, dst: int) -> float:
+    """The share of this frame's flow fault_inject drops (1.0: fault_drop, every frame)."""
+    fault = snap.fault_inject.lookup((in_port, src, dst))
+    if fault is None or fault.action is None:
+        return 0.0
+    if fault.action.action_id == snap.fault_drop_id:
+        return 1.0
+    if fault.action.action_id == snap.fault_drop_prob_id:
+        return fault.action.args[0] / 65536.0
+    return 0.0
+
+
 @dataclass
 class Pipeline:
     state: RuntimeState
@@ -281,11 +293,8 @@ class Pipeline:
             self.count_drop("malformed", in_port, n)
             return None
         if frame[12:14] != b"\x08\x00":  # no IPv4: fault_inject first (IPv4 fields read 0), as in starnet.p4
-            fault = self.snapshot.fault_inject.lookup((in_port, 0, 0))
-            action = fault.action if fault is not None else None
-            if action is not None and (action.action_id == self.snapshot.fault_drop_id or (
-                    action.action_id == self.snapshot.fault_drop_prob_id
-                    and self.rng.random() < action.args[0] / 65536.0)):
+            drop_prob = fault_drop_prob(self.snapshot, in_port, 0, 0)
+            if drop_prob >= 1.0 or (drop_prob and self.rng.random() < drop_prob):
                 self.count_drop("fault", in_port, n)
             elif frame[12:14] == _PROBE:
                 self.to_cpu(frame, in_port, REASON_PROBE)
@@ -338,13 +347,9 @@ class Pipeline:
         snap = snap or self.snapshot
         src, dst = _IPV4_ADDRS.unpack(addrs)
         sport, dport = _L4_PORTS.unpack(l4_ports) if l4_ports else (0, 0)
-        drop_prob = 0.0
-        fault = snap.fault_inject.lookup((in_port, src, dst))
-        if fault is not None and fault.action is not None:
-            if fault.action.action_id == snap.fault_drop_id:
-                return DROPPED, "fault", 0.0, -1, False
-            if fault.action.action_id == snap.fault_drop_prob_id:
-                drop_prob = fault.action.args[0] / 65536.0
+        drop_prob = fault_drop_prob(snap, in_port, src, dst)
+        if drop_prob >= 1.0:
+            return DROPPED, "fault", 0.0, -1, False
         entry = snap.ipv4_lpm.lookup((dst,))
         action: ActionCall | None
         if entry is None:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -36,6 +37,43 @@ def banner(tb: Testbed) -> str:
         "       flows all load=0.3 seconds=10 [bg] | jobs | fidelity | exit",
     ]
     return "\n".join(lines) + "\n"
+
+
+def percent(word: str) -> float:
+    return float(word.rstrip("%"))
+
+
+def mbps_or_off(word: str) -> float | None:
+    """A drain rate > 0, or None for "off"."""
+    if word == "off":
+        return None
+    mbps = float(word)
+    if mbps <= 0:
+        raise ValueError(word)
+    return mbps
+
+
+def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    def convert(word: str) -> float:
+        value = kind(word)
+        if value <= 0:
+            raise ValueError(word)
+        return value
+    return convert
+
+
+def parse_args(line: str, kinds: tuple[Callable[[str], Any], ...], defaults: tuple = ()) -> list | None:
+    """The words of a command line, each through its converter; the last len(defaults) may be left
+    out and take those. None when the count or a word is wrong (the caller prints its usage)."""
+    words = line.split()
+    if not len(kinds) - len(defaults) <= len(words) <= len(kinds):
+        return None
+    try:
+        values = [kind(word) for kind, word in zip(kinds, words, strict=False)]
+    except ValueError:
+        return None
+    missing = len(kinds) - len(words)
+    return values + list(defaults[len(defaults) - missing:])
 
 
 class StarNetCLI(CLI):
@@ -290,37 +328,30 @@ class StarNetCLI(CLI):
     def do_loss(self, line: str) -> None:
         """loss A B PERCENT: lose PERCENT of the frames A sends to B (one direction; B a switch, whose
         fault_inject drops them, the controller's probes too); loss A B 0 clears it."""
-        words = line.split()
-        try:
-            percent = float(words[2].rstrip("%")) if len(words) == 3 else None
-        except ValueError:
-            percent = None
-        if percent is None:
+        args = parse_args(line, (str, str, percent))
+        if args is None:
             self.stdout.write("loss: give the sender, the receiving switch and a percentage, e.g. loss s1 s3 2\n")
             return
+        sender, receiver, share = args
         try:
-            self.tb.set_link_loss(words[0], words[1], percent)
+            self.tb.set_link_loss(sender, receiver, share)
         except TestbedError as exc:
             self.stdout.write(f"{exc}\n")
             return
-        self.stdout.write(f"{words[0]} -> {words[1]}: {percent:g}% of frames lost" if percent else
-                          f"{words[0]} -> {words[1]}: no injected loss")
+        self.stdout.write(f"{sender} -> {receiver}: {share:g}% of frames lost" if share else
+                          f"{sender} -> {receiver}: no injected loss")
         self.stdout.write("\n")
 
     def do_slow(self, line: str) -> None:
         """slow SWITCH MS: every frame SWITCH forwards is held MS ms (a slow switch; soft switch only).
         slow HOST MS: the all-reduce ranks on HOST take MS ms longer over every piece they reduce or
         copy (a slow host). slow NODE 0 clears it."""
-        words = line.split()
-        try:
-            delay = float(words[1]) if len(words) == 2 else None
-        except ValueError:
-            delay = None
-        if delay is None:
+        args = parse_args(line, (str, float))
+        if args is None:
             self.stdout.write("slow: give a switch or host and a delay in ms, e.g. slow s3 5 or slow h2 20 "
                               "(slow s3 0 clears)\n")
             return
-        node = words[0]
+        node, delay = args
         if not (self.tb.topo.is_host(node) or self.tb.topo.is_switch(node)):
             self.stdout.write(f"slow: no switch or host {node!r} in {self.tb.topo.name}\n")
             return
@@ -341,20 +372,17 @@ class StarNetCLI(CLI):
     def do_rate(self, line: str) -> None:
         """rate A B MBPS: A's port toward B drains at MBPS (a port running below its capacity);
         rate A B off restores it."""
-        words = line.split()
-        try:
-            mbps = None if len(words) == 3 and words[2] == "off" else float(words[2]) if len(words) == 3 else -1.0
-        except ValueError:
-            mbps = -1.0
-        if mbps is not None and mbps <= 0:
+        args = parse_args(line, (str, str, mbps_or_off))
+        if args is None:
             self.stdout.write("rate: give a switch, its neighbour and Mbit/s, e.g. rate s3 s1 10 (rate s3 s1 off)\n")
             return
+        switch, neighbour, mbps = args
         try:
-            self.tb.set_switch_faults(words[0], rates={words[1]: mbps})
+            self.tb.set_switch_faults(switch, rates={neighbour: mbps})
         except TestbedError as exc:
             self.stdout.write(f"rate: {exc}\n")
             return
-        self.stdout.write(f"{words[0]} -> {words[1]}: {'as configured' if mbps is None else f'{mbps:g} Mbit/s'}\n")
+        self.stdout.write(f"{switch} -> {neighbour}: {'as configured' if mbps is None else f'{mbps:g} Mbit/s'}\n")
 
     def do_diagnose(self, line: str) -> None:
         """diagnose: the controller's fault localisation now: suspects, strongest first, with evidence,
@@ -382,25 +410,21 @@ class StarNetCLI(CLI):
     def do_flap(self, line: str) -> None:
         """flap A B [COUNT [PERIOD_S]]: take the link A-B down and up COUNT times (default 10), one
         cycle every PERIOD_S (default 0.5 s); then the controller's view of it."""
-        words = line.split()
-        try:
-            count = int(words[2]) if len(words) > 2 else 10
-            period = float(words[3]) if len(words) > 3 else 0.5
-            if len(words) not in (2, 3, 4) or count < 1 or period <= 0:
-                raise ValueError
-        except ValueError:
+        args = parse_args(line, (str, str, positive(int), positive(float)), defaults=(10, 0.5))
+        if args is None:
             self.stdout.write("flap: give a link and optionally a count and a period, e.g. flap s4 s2 10 0.5\n")
             return
+        a, b, count, period = args
         from topologies import TopologyError
 
         try:
-            self.tb.topo.find_link(words[0], words[1])
+            self.tb.topo.find_link(a, b)
         except TopologyError as exc:
             self.stdout.write(f"flap: {exc}\n")
             return
-        self.stdout.write(f"flapping {words[0]}-{words[1]} {count} times, every {period:g} s ...\n")
-        ups = self.tb.flap_link(words[0], words[1], count, period)
-        self._report_links({"-".join(sorted(words[:2])): ups[-1]}, up=True)
+        self.stdout.write(f"flapping {a}-{b} {count} times, every {period:g} s ...\n")
+        ups = self.tb.flap_link(a, b, int(count), period)
+        self._report_links({"-".join(sorted((a, b))): ups[-1]}, up=True)
 
     def _set_links(self, line: str, up: bool) -> None:
         from topologies import TopologyError
