@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -74,11 +75,6 @@ def wait_for(fn: Callable[[], object], timeout_s: float) -> object:
     return None
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p * (len(ordered) - 1))))]
-
-
 class Stages:
     """Per event, the wall time of each stage; printed as the delay from the stage before."""
 
@@ -93,9 +89,10 @@ class Stages:
         lines = [f"{title}: {len(self.events)} events", f"  {'stage':58} {'median ms':>10} {'p99 ms':>8}"]
         for i, name in enumerate(self.names[1:], start=1):
             deltas = [(e[i] - e[i - 1]) * 1e3 for e in self.events]
-            lines.append(f"  {name:58} {statistics.median(deltas):10.2f} {percentile(deltas, 0.99):8.2f}")
+            step_p99 = float(np.percentile(deltas, 99, method="nearest"))
+            lines.append(f"  {name:58} {statistics.median(deltas):10.2f} {step_p99:8.2f}")
         total = [(e[-1] - e[0]) * 1e3 for e in self.events]
-        median, p99 = statistics.median(total), percentile(total, 0.99)
+        median, p99 = statistics.median(total), float(np.percentile(total, 99, method="nearest"))
         met = median <= goal_median_ms and p99 <= goal_p99_ms
         lines.append(f"  {'end to end':58} {median:10.2f} {p99:8.2f}   (goal median <= {goal_median_ms:g}, "
                      f"p99 <= {goal_p99_ms:g}: {'met' if met else 'NOT met'}; min {min(total):.1f}, "

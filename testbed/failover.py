@@ -16,6 +16,7 @@ from pathlib import Path
 
 from controller.service import get_state
 from testbed.net import Testbed
+from testbed.rundir import stop_process
 from testbed.waiting import wait_until
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView
@@ -108,8 +109,7 @@ def cut_during_ring(tb: Testbed, flow: tuple[str, str], cut_end: str | None, por
                 raise FailoverError(f"{link} never returned to service")
     finally:
         job.join(120)
-        sampler.terminate()
-        sampler.wait(5)
+        stop_process(sampler)
     if not outcome or isinstance(outcome[0], Exception):
         raise FailoverError(f"the all-reduce failed: {outcome[0] if outcome else 'no outcome'}")
     result = outcome[0].results[0]

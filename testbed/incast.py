@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
+
 from controller.advisor import jain_index
 from testbed.fidelity import Verdict, drops_by_window, read_records
 from testbed.net import Testbed
+from testbed.rundir import stop_process
 from testbed.traffic import iperf3_parallel
 from wire.fidelity import WINDOW_S
 
@@ -33,11 +36,8 @@ MIN_FAITHFUL = 0.5  # below this share of faithful windows a measurement is repe
 
 
 def percentile(values: list[int] | list[float], p: float) -> float:
-    """Nearest-rank percentile (p in 0..1); NaN for no values."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[int(p * (len(ordered) - 1))]
+    """The p (0..1) percentile, a value of the list (the lower one when it falls between two); NaN for none."""
+    return float(np.percentile(values, 100 * p, method="lower")) if len(values) else float("nan")
 
 
 @dataclass
@@ -100,12 +100,7 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
     flows.join(seconds + omit_s + 40)
     ended = time.time()
     if sampler is not None:
-        sampler.terminate()
-        try:
-            sampler.wait(5)
-        except subprocess.TimeoutExpired:
-            sampler.kill()
-            sampler.wait()
+        stop_process(sampler)
         if sampler.returncode:  # the samples are evidence beside the measurement, not the measurement
             print(f"incast: the TCP state sampler ended with {sampler.returncode}; its samples may stop early "
                   f"(see {tb.run_dir / f'tcp{tag}.err'})", file=sys.stderr)

@@ -25,7 +25,7 @@ from hostagent.tcpsettings import TcpSettingsError, allow_in_root_namespace, res
 from testbed import fidelity as fid
 from testbed.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_missing, log_tail
 from testbed.ports import free_ports
-from testbed.rundir import clean_run, forget_pid, new_run_dir, record_interfaces, record_pid
+from testbed.rundir import clean_run, forget_pid, new_run_dir, record_interfaces, record_pid, stop_process
 from testbed.switchproc import BMV2_P4INFO, compile_p4
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
@@ -222,27 +222,17 @@ class Testbed:
 
     def _end_controller(self) -> None:
         if self.controller is not None:
-            if self.controller.poll() is None:
-                self.controller.terminate()
-                try:
-                    self.controller.wait(5)
-                except subprocess.TimeoutExpired:
-                    self.controller.kill()
-                    self.controller.wait()
+            stop_process(self.controller)
             forget_pid(self.run_dir, "controller")
             self.controller = None
 
     # ---- tear-down ---------------------------------------------------------------------------
     def stop(self) -> None:
-        for proc in self.agents.values():
+        for proc in self.agents.values():  # all told at once, then each waited for
             if proc.poll() is None:
                 proc.terminate()
         for name, proc in self.agents.items():
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
             forget_pid(self.run_dir, f"agent-{name}")
         self.agents = {}
         self._end_controller()

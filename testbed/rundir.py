@@ -60,6 +60,17 @@ def _alive_as_recorded(pid: int, start: str) -> bool:
     return process_start_time(pid) == start
 
 
+def stop_process(proc: subprocess.Popen, grace_s: float = 5.0) -> int:
+    """End a child this run started: SIGTERM, SIGKILL after grace_s, reaped; its exit status."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
 def end_process(pid: int, start: str, grace_s: float = 2.0) -> bool:
     """SIGTERM, then SIGKILL after grace_s, the process `pid` if it is still the one recorded."""
     if not _alive_as_recorded(pid, start):

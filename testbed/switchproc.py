@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 
 from testbed.ports import port_answers
-from testbed.rundir import PROJECT_ROOT, forget_pid, record_pid
+from testbed.rundir import PROJECT_ROOT, forget_pid, record_pid, stop_process
 from wire import faultsfile
 from wire.cpu import CPU_PORT
 from wire.fidelity import BMV2_RATE_PKT_BYTES
@@ -142,12 +142,7 @@ class SwitchProcess:
     def stop(self) -> None:
         if self.running:
             assert self.proc is not None
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_process(self.proc)
         if self.proc is not None:
             forget_pid(self.run_dir, f"switch-{self.name}")
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TextIO
 
+from testbed.rundir import stop_process
+
 UNIX_PATH_MAX = 107
 START_TIMEOUT_S = 60.0
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]?)i?B?\s*$", re.IGNORECASE)
@@ -177,12 +179,7 @@ class ProcessGroup:
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
-                proc.terminate()
-                try:
-                    proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                stop_process(proc)
             self.spawner.release(proc)
         for conn in self.conns:
             conn.close()

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from controller.advisor import jain_index  # noqa: E402
-from testbed.incast import RECEIVER, SENDERS  # noqa: E402
+from testbed.incast import RECEIVER, SENDERS, percentile  # noqa: E402
 from topologies import leafspine  # noqa: E402
 
 BOTTLENECK_PORT_OF = ("s4", RECEIVER)  # the switch port toward the receiver
@@ -127,11 +127,6 @@ void Reset() {
 }
 }
 """
-
-
-def percentile(values: list[int], p: float) -> float:
-    ordered = sorted(values)
-    return float(ordered[int(p * (len(ordered) - 1))]) if ordered else float("nan")
 
 
 def run(mode: str, seconds: float, omit: float, link_delay_us: float, seed: int) -> dict:
