@@ -114,12 +114,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_diagnose_eval(args: argparse.Namespace) -> int:
     from testbed.diagnose_eval import KINDS, evaluate
 
-    kinds = tuple(k for k in args.kinds.split(",") if k)
+    kinds = tuple(k for k in (args.kinds or ",".join(KINDS if args.dataplane == "soft" else
+                                                        [k for k in KINDS if k != "delay"])).split(",") if k)
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds or args.trials < 0 or args.no_fault < 0:
         print(f"testbed diagnose-eval: --kinds from {', '.join(KINDS)}; --trials, --no-fault >= 0", file=sys.stderr)
         return 2
-    evaluate(args.trials, args.no_fault, args.seed, kinds, timeout_s=args.timeout)
+    if args.dataplane == "bmv2" and "delay" in kinds:
+        print("testbed diagnose-eval: --kinds delay needs the soft data plane (BMv2 has no processing-delay knob)",
+              file=sys.stderr)
+        return 2
+    evaluate(args.trials, args.no_fault, args.seed, kinds, timeout_s=args.timeout, dataplane=args.dataplane)
     return 0
 
 
@@ -149,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--trials", type=int, default=60, help="fault trials, spread over the kinds")
     ev.add_argument("--no-fault", type=int, default=10, help="trials without a fault")
     ev.add_argument("--seed", type=int, default=1)
-    ev.add_argument("--kinds", default="down,loss,rate,delay,host", help="fault kinds, comma-separated")
+    ev.add_argument("--kinds", help="fault kinds, comma-separated (default: all the data plane can inject)")
+    ev.add_argument("--dataplane", choices=("soft", "bmv2"), default="soft")
     ev.add_argument("--timeout", type=float, default=10.0, help="seconds a trial waits for a correct top-1")
     for name in ("address", "device-id"):
         sub.add_parser(name).add_argument("switch")

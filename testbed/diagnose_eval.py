@@ -1,17 +1,19 @@
 """Evaluate fault localisation (controller/localizer.py) on the default fabric under all-reduce load.
 
     python -m testbed diagnose-eval [--trials 60] [--no-fault 10] [--seed 1] [--kinds down,loss,rate,delay,host]
+                                    [--dataplane soft|bmv2]
 
-One leaf-spine testbed (soft switch, mode none); an 8-rank ring all-reduce over every host, its
-ranks interleaved across the leaves, run in a loop so every fabric link carries traffic both ways;
-its ranks report their step timings to the controller. Each trial: a quiet period (an alert then
-is a false alarm), the fault injected at a seeded random place (a fabric link, one direction of
-it, a switch, or a host whose ranks compute slowly), the controller's Diagnose polled every 250 ms until its top
-alert is the truth (and holds) or `timeout_s` passes, the fault cleared, and the fabric left to
-recover. No-fault trials watch as long without injecting anything.
+One leaf-spine testbed (soft switch, or BMv2 without the delay kind; mode none); an 8-rank ring
+all-reduce over every host, its ranks interleaved across the leaves, run in a loop so every fabric
+link carries traffic both ways; its ranks report their step timings to the controller. Each trial:
+a quiet period (an alert then is a false alarm), the fault injected at a seeded random place (a
+fabric link, one direction of it, a switch, or a host whose ranks compute slowly), the
+controller's Diagnose polled every 250 ms until its top alert is the truth (and holds) or
+`timeout_s` passes, the fault cleared, and the fabric left to recover. No-fault trials watch as
+long without injecting anything.
 
-Per fault kind and overall: top-1 accuracy (the top alert at the end names the faulty link or
-switch), precision (alerts naming the truth among all alerts raised in fault and no-fault windows),
+Per fault kind and overall: top-1 accuracy (the top alert at the end names the faulty link,
+switch or host), precision (alerts naming the truth among all alerts raised in fault and no-fault windows),
 recall (trials with any alert naming the truth), false alarms (no-fault trials with an alert) and
 the median time from onset to a correct top-1. Results: diagnose-eval.md and .json in the run
 directory.
@@ -233,9 +235,10 @@ def table(fig: dict[str, dict]) -> str:
 
 def evaluate(trials: int = 60, no_fault: int = 10, seed: int = 1, kinds: tuple[str, ...] = KINDS,
              quiet_s: float = 3.0, timeout_s: float = 10.0, recover_s: float = 3.0,
-             say: Callable[[str], None] = print) -> tuple[list[Trial], dict[str, dict], Testbed]:
+             say: Callable[[str], None] = print,
+             dataplane: str = "soft") -> tuple[list[Trial], dict[str, dict], Testbed]:
     """Run the evaluation on a fresh testbed; the trials, their figures and the (stopped) testbed."""
-    with Testbed(leafspine(), dataplane="soft", name="diagnose-eval", mode="none") as tb:
+    with Testbed(leafspine(), dataplane=dataplane, name="diagnose-eval", mode="none") as tb:
         say(f"run directory: {tb.run_dir}")
         plan = plan_trials(tb, trials, no_fault, kinds, seed)
         with Load(tb) as load:
@@ -246,7 +249,7 @@ def evaluate(trials: int = 60, no_fault: int = 10, seed: int = 1, kinds: tuple[s
         (tb.run_dir / "diagnose-eval.json").write_text(json.dumps(
             {"trials": [asdict(t) for t in plan], "figures": fig, "load_errors": load.errors[:20]}, indent=1))
         (tb.run_dir / "diagnose-eval.md").write_text(
-            f"# Fault localisation, {len(plan)} trials (seed {seed})\n\n{table(fig)}\n"
+            f"# Fault localisation, {len(plan)} trials (seed {seed}, {dataplane} data plane)\n\n{table(fig)}\n"
             f"\nVerdict of the run: {tb.verdict(tb.ready_at, tb.now()).line()}\n")
         say(f"\n{table(fig)}\n\nverdict: {tb.verdict(tb.ready_at, tb.now()).line()}\n"
             f"results: {tb.run_dir / 'diagnose-eval.md'}")
