@@ -114,8 +114,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_diagnose_eval(args: argparse.Namespace) -> int:
     from testbed.diagnose_eval import KINDS, evaluate
 
-    kinds = tuple(k for k in (args.kinds or ",".join(KINDS if args.dataplane == "soft" else
-                                                        [k for k in KINDS if k != "delay"])).split(",") if k)
+    kinds = (tuple(k for k in args.kinds.split(",") if k) if args.kinds is not None
+             else tuple(k for k in KINDS if args.dataplane == "soft" or k != "delay"))
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds or args.trials < 0 or args.no_fault < 0:
         print(f"testbed diagnose-eval: --kinds from {', '.join(KINDS)}; --trials, --no-fault >= 0", file=sys.stderr)

@@ -328,61 +328,53 @@ class StarNetCLI(CLI):
     def do_loss(self, line: str) -> None:
         """loss A B PERCENT: lose PERCENT of the frames A sends to B (one direction; B a switch, whose
         fault_inject drops them, the controller's probes too); loss A B 0 clears it."""
-        args = parse_args(line, (str, str, percent))
-        if args is None:
-            self.stdout.write("loss: give the sender, the receiving switch and a percentage, e.g. loss s1 s3 2\n")
-            return
-        sender, receiver, share = args
-        try:
+        def apply(sender: str, receiver: str, share: float) -> str:
             self.tb.set_link_loss(sender, receiver, share)
-        except TestbedError as exc:
-            self.stdout.write(f"{exc}\n")
-            return
-        self.stdout.write(f"{sender} -> {receiver}: {share:g}% of frames lost" if share else
-                          f"{sender} -> {receiver}: no injected loss")
-        self.stdout.write("\n")
+            return f"{sender} -> {receiver}: {share:g}% of frames lost" if share else \
+                f"{sender} -> {receiver}: no injected loss"
+
+        self._inject(line, "loss", "the sender, the receiving switch and a percentage, e.g. loss s1 s3 2",
+                     (str, str, percent), apply)
 
     def do_slow(self, line: str) -> None:
         """slow SWITCH MS: every frame SWITCH forwards is held MS ms (a slow switch; soft switch only).
         slow HOST MS: the all-reduce ranks on HOST take MS ms longer over every piece they reduce or
         copy (a slow host). slow NODE 0 clears it."""
-        args = parse_args(line, (str, float))
-        if args is None:
-            self.stdout.write("slow: give a switch or host and a delay in ms, e.g. slow s3 5 or slow h2 20 "
-                              "(slow s3 0 clears)\n")
-            return
-        node, delay = args
-        if not (self.tb.topo.is_host(node) or self.tb.topo.is_switch(node)):
-            self.stdout.write(f"slow: no switch or host {node!r} in {self.tb.topo.name}\n")
-            return
-        try:
+        def apply(node: str, delay: float) -> str:
             if self.tb.topo.is_host(node):
                 self.tb.set_host_faults(node, delay)
-            else:
-                self.tb.set_switch_faults(node, delay_ms=delay)
-        except TestbedError as exc:
-            self.stdout.write(f"slow: {exc}\n")
-            return
-        if self.tb.topo.is_host(node):
-            self.stdout.write(f"{node}: its ranks take {delay:g} ms longer per piece\n" if delay
-                              else f"{node}: no added compute delay\n")
-        else:
-            self.stdout.write(f"{node}: every frame held {delay:g} ms\n" if delay else f"{node}: no added delay\n")
+                return f"{node}: its ranks take {delay:g} ms longer per piece" if delay else \
+                    f"{node}: no added compute delay"
+            if not self.tb.topo.is_switch(node):
+                raise TestbedError(f"no switch or host {node!r} in {self.tb.topo.name}")
+            self.tb.set_switch_faults(node, delay_ms=delay)
+            return f"{node}: every frame held {delay:g} ms" if delay else f"{node}: no added delay"
+
+        self._inject(line, "slow", "a switch or host and a delay in ms, e.g. slow s3 5 or slow h2 20 (slow s3 0 "
+                     "clears)", (str, float), apply)
 
     def do_rate(self, line: str) -> None:
         """rate A B MBPS: A's port toward B drains at MBPS (a port running below its capacity);
         rate A B off restores it."""
-        args = parse_args(line, (str, str, mbps_or_off))
-        if args is None:
-            self.stdout.write("rate: give a switch, its neighbour and Mbit/s, e.g. rate s3 s1 10 (rate s3 s1 off)\n")
-            return
-        switch, neighbour, mbps = args
-        try:
+        def apply(switch: str, neighbour: str, mbps: float | None) -> str:
             self.tb.set_switch_faults(switch, rates={neighbour: mbps})
-        except TestbedError as exc:
-            self.stdout.write(f"rate: {exc}\n")
+            return f"{switch} -> {neighbour}: {'as configured' if mbps is None else f'{mbps:g} Mbit/s'}"
+
+        self._inject(line, "rate", "a switch, its neighbour and Mbit/s, e.g. rate s3 s1 10 (rate s3 s1 off)",
+                     (str, str, mbps_or_off), apply)
+
+    def _inject(self, line: str, command: str, usage: str, kinds: tuple[Callable[[str], Any], ...],
+                apply: Callable[..., str]) -> None:
+        """A fault command: its arguments (the usage when they are wrong), then `apply` to them, which
+        says what it did or raises TestbedError."""
+        args = parse_args(line, kinds)
+        if args is None:
+            self.stdout.write(f"{command}: give {usage}\n")
             return
-        self.stdout.write(f"{switch} -> {neighbour}: {'as configured' if mbps is None else f'{mbps:g} Mbit/s'}\n")
+        try:
+            self.stdout.write(apply(*args) + "\n")
+        except TestbedError as exc:
+            self.stdout.write(f"{command}: {exc}\n")
 
     def do_diagnose(self, line: str) -> None:
         """diagnose: the controller's fault localisation now: suspects, strongest first, with evidence,

@@ -296,7 +296,7 @@ class Testbed:
                 pb_grpc.AdviceStub(ch).SetLinkLoss(pb.LinkLossRequest(sender=sender, receiver=receiver,
                                                                       percent=percent), timeout=5.0)
             except grpc.RpcError as exc:
-                raise TestbedError(f"loss {sender} {receiver}: {exc.details()}") from None
+                raise TestbedError(f"{sender} -> {receiver}: {exc.details()}") from None
         return began
 
     def set_switch_faults(self, switch: str, delay_ms: float | None = None,

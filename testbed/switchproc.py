@@ -220,14 +220,15 @@ class Bmv2SwitchProcess(SwitchProcess):
         cmd += ["--", "--grpc-server-addr", self.grpc_address, "--cpu-port", str(CPU_PORT)]
         return cmd
 
-    def queue_commands(self) -> list[str]:
+    def queue_commands(self, rates: dict[int, float] | None = None) -> list[str]:
         """Thrift CLI lines: BMv2 queues count packets and drain in packets/s, so the link rate is
-        converted at mean_pkt_bytes."""
+        converted at mean_pkt_bytes. rates: {port: Mbit/s} instead of the links' (injected faults)."""
         lines = []
         for port, _ in self.ports:
             rate, depth = self.shapes.get(port, (0.0, 64))
+            rate = (rates or {}).get(port, rate)
             if rate:
-                lines.append(f"set_queue_rate {self._pps(rate)} {port}")
+                lines.append(f"set_queue_rate {max(1, int(rate * 1e6 / 8 / self.mean_pkt_bytes))} {port}")
             lines.append(f"set_queue_depth {depth} {port}")
         return lines
 
@@ -235,16 +236,7 @@ class Bmv2SwitchProcess(SwitchProcess):
         """Port rates through Thrift (set_queue_rate); BMv2 has no knob for a processing delay."""
         if delay_ms:
             raise NotImplementedError("BMv2 has no processing-delay knob (the soft switch has one)")
-        lines = []
-        for port, _ in self.ports:
-            rate = rates.get(port, self.shapes.get(port, (0.0, 64))[0])
-            if rate:
-                lines.append(f"set_queue_rate {self._pps(rate)} {port}")
-        self._thrift(lines)
-
-    def _pps(self, rate_mbps: float) -> int:
-        """BMv2 queues drain in packets/s: the rate at mean_pkt_bytes."""
-        return max(1, int(rate_mbps * 1e6 / 8 / self.mean_pkt_bytes))
+        self._thrift(self.queue_commands(rates))
 
     def after_ready(self) -> None:
         self._thrift(self.queue_commands())
