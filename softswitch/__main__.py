@@ -8,11 +8,17 @@ Extra options stand in for BMv2's Thrift start-up calls: ``--egress-rate PORT=MB
 per-port queue and drop counters the testbed reads. ``--fidelity-file`` appends the switch's
 lateness per 100 ms window (wire/fidelity.py) under ``--name``; ``--no-fidelity`` turns the
 monitor off (to measure its cost).
+
+The process is built to run at real-time priority when the testbed promotes it (wire/realtime.py):
+it demotes itself on SIGXCPU (a thread that ran too long without sleeping), its forwarding thread
+does no file I/O (the housekeeping thread does), and the objects of its start-up are frozen out of
+the garbage collector, whose full collections otherwise held the forwarding thread ~10 ms.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
@@ -28,6 +34,7 @@ from softswitch.runtime_state import RuntimeState
 from wire.cpu import CPU_PORT
 from wire.fidelity import DEFAULT_TOLERANCE_MS, FidelityWindows
 from wire.p4info import DEFAULT_P4INFO, P4Schema
+from wire.realtime import install_guard
 
 
 def _port_map(values: list[str], option: str, cast: Callable[[str], float]) -> dict[int, float]:
@@ -100,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         fidelity = None
         if not args.no_fidelity:
             fidelity = FidelityWindows(args.fidelity_file, args.name or f"dev{args.device_id}", "switch",
-                                       args.fidelity_tolerance_ms)
+                                       args.fidelity_tolerance_ms, deferred=True)
         dataplane = DataPlane(pipeline, ports, args.cpu_port, args.stats_file, fidelity, args.faults_file)
     except (OSError, ValueError) as exc:
         log.error("cannot start the data plane: %s", exc)
@@ -109,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_pipeline(new_schema: P4Schema, state: RuntimeState) -> None:
         pipeline.bind(state)
+        gc.collect()
+        gc.freeze()  # the new pipeline's objects live as long as it does: out of every later full collection
 
     device = Device(args.device_id, args.cpu_port, on_pipeline, dataplane.inject)
     if args.p4info:
@@ -129,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    install_guard(log)
+    gc.collect()
+    gc.freeze()
     failure: list[BaseException] = []
 
     def forward() -> None:
@@ -139,9 +151,14 @@ def main(argv: list[str] | None = None) -> int:
             failure.append(exc)
 
     forwarder = threading.Thread(target=forward, name="dataplane")
+    housekeeper = threading.Thread(target=dataplane.housekeep, name="housekeeping")
     forwarder.start()
+    housekeeper.start()
     while forwarder.is_alive():
         forwarder.join(0.5)
+    dataplane.stop()
+    housekeeper.join()
+    dataplane.finish()
     server.stop(grace=0.5).wait()
     dataplane.close()
     if failure:

@@ -4,6 +4,11 @@ One AF_PACKET socket per port, all polled by a single thread; each wake-up drain
 readable port, runs ingress, and queues the result on the egress port's token bucket
 (DESIGN.md: one process per switch, poll, drain a batch per wake-up). Packet-outs from the
 P4Runtime thread arrive through a queue and a wake-up pipe.
+
+The forwarding thread never touches a file: on ext4 here, replacing the stats file (write and
+rename) blocked it 4-27 ms at a time — the largest share of the late windows a real-time switch
+still had. A housekeeping thread writes the stats and the fidelity lines and follows the faults
+file; the forwarding thread picks changed faults up at its next link poll.
 """
 
 from __future__ import annotations
@@ -93,6 +98,8 @@ class DataPlane:
         self.stats_file = stats_file
         self.pending_out: deque[tuple[int, bytes]] = deque()
         self.faults = Followed(faults_file) if faults_file is not None else None
+        self.faults_due: dict | None = None  # read by the housekeeping thread, applied by the forwarding one
+        self.spin_s = 0.0  # injected runaway: the forwarding thread spins this long once (the guard's test)
         self.delay_s = 0.0  # injected processing delay: every forwarded frame waits this long before its queue
         self.delayed: deque[tuple[float, int, bytearray | IntPending, int]] = deque()  # (due, port, frame, in)
         self.bad_frame_kinds: dict[str, int] = {}  # exception type -> frames the pipeline failed on
@@ -216,22 +223,48 @@ class DataPlane:
                         wait = delay
                 if now >= next_link_poll:
                     self._poll_links()
-                    if self.faults is not None:
-                        self.read_faults()
+                    if self.faults_due is not None:
+                        self.apply_faults()
+                    if self.spin_s:
+                        self._spin()
                     next_link_poll = now + LINK_POLL_S
                 if now >= next_stats:
                     offset = wall_offset()  # follows a slewing wall clock
-                    if self.stats_file is not None:
-                        self.write_stats()
                     next_stats = now + STATS_PERIOD_S
                 horizon = min(next_link_poll, next_stats) - now
                 timeout = max(0.0, min(wait if wait is not None else horizon, horizon))
         finally:
             poller.close()
-            if fid is not None:
-                fid.close(drops_total=self.total_drops())
-            if self.stats_file is not None:
+            self.stop_event.set()
+
+    def finish(self) -> None:
+        """The last fidelity window and stats, once the forwarding and housekeeping threads ended."""
+        if self.fidelity is not None:
+            self.fidelity.close(drops_total=self.total_drops())
+        if self.stats_file is not None:
+            self.write_stats()
+
+    def housekeep(self) -> None:
+        """The housekeeping thread's loop until stop(): the stats file every STATS_PERIOD_S, the
+        fidelity lines as windows close, the faults file every LINK_POLL_S."""
+        next_stats = 0.0
+        while not self.stop_event.wait(LINK_POLL_S):
+            if self.fidelity is not None:
+                self.fidelity.flush()
+            if self.faults is not None:
+                self.read_faults()
+            now = time.monotonic()
+            if self.stats_file is not None and now >= next_stats:
                 self.write_stats()
+                next_stats = now + STATS_PERIOD_S
+
+    def _spin(self) -> None:
+        """An injected runaway (faults {"spin_ms": N}): hold the CPU N ms without sleeping, once."""
+        spin_s, self.spin_s = self.spin_s, 0.0
+        log.warning("injected fault: spinning %.0f ms without sleeping", spin_s * 1000)
+        until = time.monotonic() + spin_s
+        while time.monotonic() < until:
+            pass
 
     def _release_delayed(self, now: float, busy: set[int]) -> float | None:
         """Frames whose injected delay is over go to their queues; the time until the next is due."""
@@ -252,26 +285,38 @@ class DataPlane:
             busy.add(out_port)
 
     def read_faults(self) -> None:
-        """Injected faults, when their file changed: {"delay_ms": D, "rates": {"PORT": MBPS}} — every
-        forwarded frame held D ms (a slow switch), and ports drained at MBPS instead of their rate
-        (a port running below its capacity; absent ports get their own back). A bad file is logged
-        and leaves the faults as they were."""
+        """Injected faults, when their file changed (housekeeping thread): {"delay_ms": D, "rates":
+        {"PORT": MBPS}, "spin_ms": S} — every forwarded frame held D ms (a slow switch), ports
+        drained at MBPS instead of their rate (a port running below its capacity; absent ports get
+        their own back), and once S ms of spinning without sleeping (a runaway switch). A bad file
+        is logged and leaves the faults as they were; good ones wait in faults_due for apply_faults."""
         assert self.faults is not None
         try:
             faults = self.faults.changed()
             if faults is None:
                 return
             delay_ms = float(faults.get("delay_ms", 0.0))
+            spin_ms = float(faults.get("spin_ms", 0.0))
             rates = {int(port): float(mbps) for port, mbps in faults.get("rates", {}).items()}
-            if delay_ms < 0 or any(mbps <= 0 or port not in self.specs for port, mbps in rates.items()):
-                raise ValueError(f"delay_ms must be >= 0, rates need ports of this switch and rates > 0: {faults}")
+            if delay_ms < 0 or spin_ms < 0 or any(mbps <= 0 or port not in self.specs for port, mbps in rates.items()):
+                raise ValueError("delay_ms and spin_ms must be >= 0, rates need ports of this switch and rates > 0: "
+                                 f"{faults}")
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             log.error("faults file %s: %s (faults unchanged)", self.faults.path, exc)
             return
-        self.delay_s = delay_ms / 1000
+        self.faults_due = {"delay_s": delay_ms / 1000, "rates": rates, "spin_s": spin_ms / 1000}
+
+    def apply_faults(self) -> None:
+        """The faults read_faults found (forwarding thread: the queues and the delay line are its own)."""
+        faults, self.faults_due = self.faults_due, None
+        if faults is None:
+            return
+        self.delay_s = faults["delay_s"]
+        self.spin_s = faults["spin_s"]
         for port, spec in self.specs.items():
-            self.egress[port].set_rate(rates.get(port, spec.rate_mbps))
-        log.warning("injected faults: processing delay %g ms, port rates %s", delay_ms, rates or "as configured")
+            self.egress[port].set_rate(faults["rates"].get(port, spec.rate_mbps))
+        log.warning("injected faults: processing delay %g ms, port rates %s", faults["delay_s"] * 1000,
+                    faults["rates"] or "as configured")
 
     def total_drops(self) -> int:
         """Tail drops of all egress queues so far."""

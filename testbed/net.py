@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 from mininet.link import Link
@@ -34,6 +35,7 @@ from wire import advice_pb2_grpc as pb_grpc
 from wire import faultsfile
 from wire.fidelity import create_file
 from wire.p4info import DEFAULT_P4INFO, P4Schema
+from wire.realtime import DEFAULT_PRIORITY
 
 CONTROLLER_READY_S = 60.0
 
@@ -61,13 +63,15 @@ class Testbed:
     def __init__(self, topo: Topology, dataplane: str = "auto", run_dir: Path | None = None,
                  name: str | None = None, bmv2_options: dict | None = None, int_sample_log2: int = 3,
                  mode: str = "none", agents: bool = True, controller_args: list[str] | None = None,
-                 fidelity_tolerance_ms: float | None = None) -> None:
+                 fidelity_tolerance_ms: float | None = None, realtime_priority: int = DEFAULT_PRIORITY) -> None:
         """bmv2_options: log_level (None = logging off), pcap_dir (opt-in pcaps) for BMv2 switches;
         int_sample_log2: INT on 1 in 2^N packets of each host flow (-1 = INT off);
         mode: none | ecn | advice; agents: start a host agent (pacer) on every host;
         controller_args: extra `python -m controller` options (e.g. ["--eta", "0.9"]);
-        fidelity_tolerance_ms: the soft switches' late-event threshold (default wire/fidelity.py's)."""
+        fidelity_tolerance_ms: the soft switches' late-event threshold (default wire/fidelity.py's);
+        realtime_priority: SCHED_FIFO priority of the switch processes (0: normal scheduling)."""
         self.fidelity_tolerance_ms = fidelity_tolerance_ms
+        self.realtime_priority = realtime_priority
         self.started_at = 0.0
         self.last_verdict: fid.Verdict | None = None
         self.ready_at = 0.0  # wall time the fabric was up and programmed (verdicts start here)
@@ -125,10 +129,12 @@ class Testbed:
                       for link in self.topo.links_of(sw.name)}
             params = dict(device_id=self.plan.switches[sw.name].device_id, grpc_port=ports[i],
                           run_dir=self.run_dir, shapes=shapes)
+            process_args: dict[str, Any] = {"realtime_priority": self.realtime_priority}
             if switch_cls is BMv2Switch:
-                params["process_args"] = {"thrift_port": ports[n + i], **self.bmv2_options}
+                process_args.update(thrift_port=ports[n + i], **self.bmv2_options)
             else:
-                params["process_args"] = {"fidelity_tolerance_ms": self.fidelity_tolerance_ms}
+                process_args["fidelity_tolerance_ms"] = self.fidelity_tolerance_ms
+            params["process_args"] = process_args
             self.switches[sw.name] = net.addSwitch(sw.name, cls=switch_cls, **params)
         for host in self.topo.hosts:
             address = self.plan.hosts[host.name]

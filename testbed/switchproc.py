@@ -4,7 +4,9 @@ Both take the same per-run parameters — device id, P4Runtime port on 127.0.0.1
 ports as (number, interface) and per-port egress (rate Mbit/s, depth packets) — and differ only in
 the process they start and in how queue rate and depth are set: the soft switch's command line,
 or BMv2's Thrift CLI once it answers. Readiness is checked, never slept for: the process must be
-alive and answer P4Runtime Capabilities; otherwise the error carries the tail of its log.
+alive and answer P4Runtime Capabilities; otherwise the error carries the tail of its log. Once
+ready, every thread of the process is put under SCHED_FIFO (wire/realtime.py: priority, and the
+guard against a switch that spins); the process takes it with it when it ends.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from wire import faultsfile
 from wire.cpu import CPU_PORT
 from wire.fidelity import BMV2_RATE_PKT_BYTES
 from wire.proto import p4r, p4r_grpc
+from wire.realtime import DEFAULT_PRIORITY, RealtimeError, promote
 
 FIDELITY_CSV = "fidelity.csv"
 READY_TIMEOUT_S = 30.0
@@ -79,11 +82,15 @@ class SwitchProcess:
 
     def __init__(self, name: str, device_id: int, grpc_port: int, run_dir: Path,
                  ports: list[tuple[int, str]], shapes: dict[int, tuple[float, int]], seed: int | None = None,
-                 fidelity_tolerance_ms: float | None = None, fidelity: bool = True) -> None:
+                 fidelity_tolerance_ms: float | None = None, fidelity: bool = True,
+                 realtime_priority: int = DEFAULT_PRIORITY) -> None:
         """seed: the switch's RNG seed (default: derived from the device id, so runs repeat);
         fidelity_tolerance_ms: the soft switch's late-event threshold (default wire/fidelity.py's);
-        fidelity: False runs the soft switch without its monitor (bench: the monitor's cost)."""
+        fidelity: False runs the soft switch without its monitor (bench: the monitor's cost);
+        realtime_priority: SCHED_FIFO priority of its threads once ready (0: normal scheduling)."""
         self.fidelity = fidelity
+        self.realtime_priority = realtime_priority
+        self.scheduling = "other"  # what it got: "fifo 20", or why not (describe(), switches.json)
         self.name = name
         self.seed = device_id if seed is None else seed
         self.fidelity_tolerance_ms = fidelity_tolerance_ms
@@ -123,6 +130,7 @@ class SwitchProcess:
                                        f"{log_tail(self.log_path)}")
             if port_answers(self.grpc_port) and self._capabilities():
                 self.after_ready()
+                self._promote()
                 return
             time.sleep(0.1)
         raise SwitchStartError(f"switch {self.name} did not answer P4Runtime on {self.grpc_address} "
@@ -139,6 +147,18 @@ class SwitchProcess:
     def after_ready(self) -> None:
         pass
 
+    def _promote(self) -> None:
+        """Real-time scheduling for the process; where it cannot be had (not root, a real-time
+        cgroup without a budget) the switch runs on at normal priority and switches.json says why."""
+        assert self.proc is not None
+        if not self.realtime_priority:
+            return
+        try:
+            promote(self.proc.pid, self.realtime_priority)
+            self.scheduling = f"fifo {self.realtime_priority}"
+        except RealtimeError as exc:
+            self.scheduling = f"other ({exc})"
+
     def stop(self) -> None:
         if self.running:
             assert self.proc is not None
@@ -154,7 +174,7 @@ class SwitchProcess:
     def describe(self) -> dict:
         """What the controller needs to program this switch (written to switches.json)."""
         return {"grpc": self.grpc_address, "device_id": self.device_id, "kind": self.kind,
-                "ports": {str(port): intf for port, intf in self.ports}}
+                "ports": {str(port): intf for port, intf in self.ports}, "scheduling": self.scheduling}
 
 
 class SoftSwitchProcess(SwitchProcess):

@@ -35,6 +35,7 @@ import asyncio
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 WINDOW_S = 0.1
@@ -63,11 +64,15 @@ class FidelityWindows:
 
     __slots__ = ("fd", "source", "kind", "tolerance_s", "window", "events", "late_events", "max_late",
                  "late_from", "late_until", "ingress_max", "egress_max", "drops_seen", "rows", "late_rows",
-                 "worst_s", "worst_at")
+                 "worst_s", "worst_at", "deferred")
 
-    def __init__(self, path: Path | None, source: str, kind: str, tolerance_ms: float = DEFAULT_TOLERANCE_MS) -> None:
+    def __init__(self, path: Path | None, source: str, kind: str, tolerance_ms: float = DEFAULT_TOLERANCE_MS,
+                 deferred: bool = False) -> None:
+        """deferred: closed windows' lines wait for flush() (another thread's), so the measuring
+        thread never blocks in write(2) (a soft switch's forwarding thread)."""
         if tolerance_ms <= 0:
             raise ValueError(f"fidelity tolerance must be > 0 ms, got {tolerance_ms}")
+        self.deferred: deque[str] | None = deque() if deferred else None
         self.fd: int | None = None
         if path is not None:
             self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -119,8 +124,18 @@ class FidelityWindows:
             self.late_rows += 1
         if self.max_late > self.worst_s:
             self.worst_s, self.worst_at = self.max_late, self.window * WINDOW_S
-        if self.fd is not None:
+        if self.deferred is not None:
+            self.deferred.append(line)
+        elif self.fd is not None:
             os.write(self.fd, line.encode())
+
+    def flush(self) -> None:
+        """Write the lines deferred so far, in one write(2) (thread-safe against the measuring thread)."""
+        lines = []
+        while self.deferred:
+            lines.append(self.deferred.popleft())
+        if lines and self.fd is not None:
+            os.write(self.fd, "".join(lines).encode())
 
     def late(self, lateness_s: float, now: float) -> None:
         """One sample (seconds late at wall time `now`), of no particular direction."""
@@ -164,6 +179,7 @@ class FidelityWindows:
             self._write(drops_total)
         self.window = -1
         self._reset()
+        self.flush()
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
