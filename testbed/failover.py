@@ -16,7 +16,7 @@ from pathlib import Path
 
 from controller.service import get_state
 from testbed.net import Testbed
-from testbed.rundir import stop_process
+from testbed.rundir import record_pid, stop_process
 from testbed.waiting import wait_until
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView
@@ -85,6 +85,7 @@ def cut_during_ring(tb: Testbed, flow: tuple[str, str], cut_end: str | None, por
     sampler = subprocess.Popen([sys.executable, "-m", "testbed.tcpstate", "--out", str(tcp_log), "--dports",
                                 f"{port_base}-{port_base + 99}", "--host", f"{sender}={netns}"],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    record_pid(tb.run_dir, f"sampler-failover-{port_base}", sampler.pid)
     job.start()
     try:
         ports = range(port_base, port_base + 100)

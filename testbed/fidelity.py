@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.cpuuse import CpuUsage
 from wire.fidelity import WINDOW_S
 
 FIDELITY_CSV = "fidelity.csv"
@@ -88,6 +89,7 @@ class Verdict:
     worst_at: float = 0.0  # wall time of the worst window's start
     loop_worst: dict[str, float] = field(default_factory=dict)  # controller/agents: worst lag (ms)
     sampled: list[str] = field(default_factory=list)  # switches timed from INT samples only (BMv2)
+    cpu: CpuUsage | None = None  # where the CPU went meanwhile (cpu.csv), when known
 
     @property
     def faithful(self) -> list[int]:
@@ -113,6 +115,8 @@ class Verdict:
         if self.sampled:
             text += (f"; {', '.join(sorted(self.sampled))} (BMv2) timed from INT samples only "
                      f"(hop latency beyond the queue; time in the kernel before BMv2 reads a frame unseen)")
+        if self.cpu is not None:
+            text += f"; {self.cpu.line()}"
         return text
 
     def flagged_lines(self) -> list[str]:

@@ -23,7 +23,7 @@ import numpy as np
 from controller.advisor import jain_index
 from testbed.fidelity import Verdict, drops_by_window, read_records
 from testbed.net import Testbed
-from testbed.rundir import stop_process
+from testbed.rundir import record_pid, stop_process
 from testbed.traffic import iperf3_parallel
 from wire.fidelity import WINDOW_S
 
@@ -142,9 +142,11 @@ def _start_tcp_sampler(tb: Testbed, senders: tuple[str, ...], tag: str) -> subpr
     """One sampler for every sender's namespace (testbed/tcpstate.py), rows in tcp<tag>.csv."""
     hosts = [arg for s in senders for arg in ("--host", f"{s}=/proc/{tb.host(s).pid}/ns/net")]
     with (tb.run_dir / f"tcp{tag}.err").open("wb") as err:
-        return subprocess.Popen([sys.executable, "-m", "testbed.tcpstate", "--out", str(tb.run_dir / f"tcp{tag}.csv"),
+        proc = subprocess.Popen([sys.executable, "-m", "testbed.tcpstate", "--out", str(tb.run_dir / f"tcp{tag}.csv"),
                                  "--dports", f"{BASE_PORT}-{BASE_PORT + len(senders) - 1}", *hosts],
                                 stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+    record_pid(tb.run_dir, f"sampler-tcp{tag}", proc.pid)
+    return proc
 
 
 def pacing_cleared(tb: Testbed, hosts: tuple[str, ...] = SENDERS, receiver: str = RECEIVER) -> bool:
@@ -166,9 +168,11 @@ class UnfaithfulRun(AssertionError):
 
 
 def measure_faithfully(measure: Callable[[], R], verdict_of: Callable[[R], Verdict],
-                       min_faithful: float = MIN_FAITHFUL) -> R:
+                       min_faithful: float = MIN_FAITHFUL, who_else: Callable[[], str] = lambda: "") -> R:
     """Run `measure`; when fewer than min_faithful of its windows were faithful, once more; if still
-    short, fail with both verdicts (never a silent skip, never a pass without the assertions)."""
+    short, fail with both verdicts and their CPU pictures, and who_else() (the processes outside the
+    testbed that took the machine: Testbed.who_took_the_machine) — never a silent skip, never a
+    pass without the assertions."""
     first = measure()
     if verdict_of(first).fraction >= min_faithful:
         return first
@@ -177,4 +181,4 @@ def measure_faithfully(measure: Callable[[], R], verdict_of: Callable[[R], Verdi
     if verdict_of(second).fraction >= min_faithful:
         return second
     raise UnfaithfulRun(f"the machine was too busy to measure: {verdict_of(first).line()}; "
-                        f"again: {verdict_of(second).line()}")
+                        f"again: {verdict_of(second).line()}; {who_else()}")

@@ -23,6 +23,7 @@ from mininet.net import Mininet
 
 from controller.service import channel
 from hostagent.tcpsettings import TcpSettingsError, allow_in_root_namespace, restore_allowed
+from testbed import cpuuse
 from testbed import fidelity as fid
 from testbed.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_missing, log_tail
 from testbed.ports import free_ports
@@ -91,6 +92,7 @@ class Testbed:
         self.switches: dict[str, P4Switch] = {}
         self._schemas: dict[Path, P4Schema] = {}  # P4Info file -> its schema (schema_of)
         self._allowed_cc_before: str | None = None  # the root namespace's list, if this testbed changed it
+        self.cpu: cpuuse.CpuSampler | None = None  # cpu.csv: where the CPU goes, per window
 
     # ---- bring-up ----------------------------------------------------------------------------
     def start(self) -> Testbed:
@@ -109,6 +111,7 @@ class Testbed:
         self.started_at = time.time()
         (self.run_dir / "topology.yaml").write_text(self.topo.to_yaml())
         create_file(self.fidelity_path)
+        self.cpu = cpuuse.CpuSampler(self.run_dir).start()
         try:
             self._allowed_cc_before = allow_in_root_namespace()
         except TcpSettingsError as exc:
@@ -255,6 +258,8 @@ class Testbed:
             restore_allowed(self._allowed_cc_before)
             self._allowed_cc_before = None
         (self.run_dir / "stopped").write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
+        if self.cpu is not None:
+            self.cpu.stop()
         if self.ready_at:
             self.last_verdict = self.verdict(self.ready_at, time.time())
             line = f"fidelity: {self.last_verdict.line()}"
@@ -282,7 +287,17 @@ class Testbed:
     def verdict(self, t0: float, t1: float, switches: list[str] | None = None) -> fid.Verdict:
         """Fidelity of wall-clock [t0, t1) on `switches` (default: all), from fidelity.csv."""
         sampled = [name for name, sw in self.switches.items() if sw.kind != "soft"]
-        return fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0, sampled)
+        result = fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0, sampled)
+        result.cpu = cpuuse.usage(self.run_dir / cpuuse.CPU_CSV, t0, t1)
+        return result
+
+    def who_took_the_machine(self) -> str:
+        """The processes outside this run that used the most CPU since it started (for failures)."""
+        top = self.cpu.top_others() if self.cpu is not None else []
+        if not top:
+            return "no process outside the testbed used more than 0.05 s of CPU"
+        return "outside the testbed, most CPU since it started: " + ", ".join(
+            f"{name} (pid {pid}) {seconds:.1f} s" for name, pid, seconds in top)
 
     def set_link(self, a: str, b: str, up: bool) -> float:
         """Take the link a–b down (both ends, as a cut cable) or up again; returns the wall time the

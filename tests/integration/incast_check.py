@@ -24,7 +24,8 @@ FAIR_SHARE_TOLERANCE = 0.30
 def check_incast_advice_vs_none(fabric: Testbed) -> None:
     """Incast 6→1 in advice mode, then in none: advice holds the bottleneck queue down with fair,
     full shares; without it the queue is longer."""
-    advice = measure_faithfully(lambda: run_incast(fabric, "advice", "-advice"), lambda r: r.verdict)
+    advice = measure_faithfully(lambda: run_incast(fabric, "advice", "-advice"), lambda r: r.verdict,
+                                who_else=fabric.who_took_the_machine)
     fabric.set_mode("none")
     try:
         assert wait_until(lambda: pacing_cleared(fabric), 5.0), \
