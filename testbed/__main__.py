@@ -17,6 +17,7 @@ from pathlib import Path
 
 from controller.advice import MODES
 from testbed.rundir import RUNS, clean_all
+from wire.realtime import DEFAULT_PRIORITY
 
 
 def _latest_switches() -> dict:
@@ -45,7 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             topo = topo.scaled(args.link_mbps)
         bmv2_options = {"log_level": args.bmv2_log}
         tb = Testbed(topo, dataplane=args.dataplane, bmv2_options=bmv2_options, int_sample_log2=args.int_sample_log2,
-                     mode=args.mode)
+                     mode=args.mode, realtime_priority=args.switch_priority)
         if args.pcap:
             (tb.run_dir / "pcaps").mkdir(exist_ok=True)
             bmv2_options["pcap_dir"] = tb.run_dir / "pcaps"
@@ -141,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--mode", default="none", choices=MODES,
                      help="congestion control: plain TCP (cubic), switch ECN + TCP ECN, controller rate advice, "
                           "or BBR senders")
+    run.add_argument("--switch-priority", type=int, default=DEFAULT_PRIORITY, choices=range(0, 100), metavar="PRIO",
+                     help="SCHED_FIFO priority of the switch processes (default %(default)s; 0: normal scheduling)")
     run.add_argument("--int-sample-log2", type=int, default=3, choices=range(-1, 17), metavar="N",
                      help="INT on 1 in 2^N packets of each host flow (default 3; -1 = INT off)")
     scenario = sub.add_parser("scenario", help="run a scenario file (each mode on a fresh testbed) and report")

@@ -12,6 +12,7 @@ import grpc
 from mininet.cli import CLI
 
 from controller.advice import MODES
+from testbed import budget
 from testbed.fidelity import read_records, recent
 from testbed.net import Testbed, TestbedError
 from testbed.p4read import drop_reasons
@@ -31,6 +32,8 @@ def banner(tb: Testbed) -> str:
         f"  {len(topo.switches)} P4 switches, {len(topo.hosts)} hosts, {len(topo.links)} links, "
         f"programmed over P4Runtime by the controller",
         f"  run directory: {tb.run_dir}",
+        f"  switches: {', '.join(sorted({sw.process.scheduling for sw in tb.switches.values()}))} scheduling; "
+        f"{budget.full_load(topo).line()}",
         "  logs: switches/<name>.log, controller.log, p4runtime-requests.log",
         "  try: pingall | iperf h1 h8 | h1 ping -c3 h8 | switches | queues s3 | int s3 | advice | mode advice",
         "       allreduce h1 h2 h5 h6 size=8M algo=ring|tree|hd|auto iters=5 [bg] | incast h5 h1 h2 h3 size=1M",

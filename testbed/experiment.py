@@ -29,13 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
+from testbed import budget
 from testbed.fidelity import Verdict
 from testbed.net import Testbed, TestbedError
 from testbed.rundir import new_run_dir
 from testbed.scenario import Fault, JobSpecification, Scenario, ScenarioError
 from topologies.spec import Topology
 from workloads.allreduce.job import JobSpec, run_job
-from workloads.fabric import FabricView
+from workloads.fabric import FabricView, topology_order
 from workloads.flows import schedule
 from workloads.flows.job import run_flows
 
@@ -91,8 +92,25 @@ class ModeRun:
     links: list[dict] = field(default_factory=list)  # the controller's link timeline rows in the run (links.csv)
 
     def worst_port(self) -> PortFigures | None:
+        """The port with the highest p99 queue over faithful windows; when no port had enough
+        faithful readings (an unfaithful run), the highest over all windows (worst_basis says which)."""
         ranked = [p for p in self.ports if not math.isnan(p.p99_queue_faithful)]
-        return max(ranked, key=lambda p: (p.p99_queue_faithful, p.drops or 0), default=None)
+        if ranked:
+            return max(ranked, key=lambda p: (p.p99_queue_faithful, p.drops or 0))
+        ranked = [p for p in self.ports if not math.isnan(p.p99_queue)]
+        return max(ranked, key=lambda p: (p.p99_queue, p.drops or 0), default=None)
+
+    @property
+    def worst_basis(self) -> str:
+        """"faithful" when worst_port ranked faithful windows, "all" when it had to rank all windows."""
+        return "faithful" if any(not math.isnan(p.p99_queue_faithful) for p in self.ports) else "all"
+
+    def worst_p99(self) -> float | None:
+        """worst_port's p99 queue on worst_basis's windows (None: no INT readings at all)."""
+        worst = self.worst_port()
+        if worst is None:
+            return None
+        return worst.p99_queue_faithful if self.worst_basis == "faithful" else worst.p99_queue
 
     @property
     def drops(self) -> int | None:
@@ -131,6 +149,7 @@ def run_scenario(scenario: Scenario, out_dir: Path | None = None, progress: Prog
     result = ScenarioResult(scenario, out_dir)
     (out_dir / "scenario.yaml").write_text(Path(scenario.source).read_text() if Path(scenario.source).exists()
                                            else "")
+    progress(scenario_budget(scenario).line())
     for i, mode in enumerate(scenario.modes, 1):
         progress(f"mode {mode} ({i} of {len(scenario.modes)}): bringing up {scenario.topology.name} "
                  f"({scenario.dataplane})")
@@ -141,6 +160,22 @@ def run_scenario(scenario: Scenario, out_dir: Path | None = None, progress: Prog
     write_report(result)
     progress(f"report: {out_dir / 'report.md'}")
     return result
+
+
+def scenario_budget(scenario: Scenario) -> budget.Budget:
+    """The CPU the scenario's jobs need at once (testbed/budget.py): all-reduce rings in topology
+    order (tree and hd counted as rings), incast senders into their receiver, background flows
+    between every pair of their hosts."""
+    topo = scenario.topology
+    flows: list[tuple[str, str]] = []
+    for job in scenario.jobs:
+        if job.kind == "allreduce":
+            flows += budget.ring_flows(topology_order(topo, job.hosts))
+        elif job.kind == "incast":
+            flows += [(s, job.receiver) for s in job.senders]
+        else:
+            flows += [(a, b) for a in job.hosts for b in job.hosts if a != b]
+    return budget.estimate(topo, flows, f"scenario {scenario.name}'s jobs at once")
 
 
 def run_on_testbed(tb: Testbed, scenario: Scenario, progress: Progress = _print) -> ScenarioResult:
@@ -216,8 +251,9 @@ def run_mode(tb: Testbed, scenario: Scenario, mode: str, progress: Progress = _p
     run = ModeRun(mode, str(tb.run_dir), t0, t1, verdict.line(), verdict.fraction, records, ports, applied,
                   str(rates.path), links)
     worst = run.worst_port()
+    basis = "" if run.worst_basis == "faithful" else " (all windows: none faithful)"
     progress(f"[{mode}] done in {t1 - t0:.1f} s; worst port "
-             f"{f'{worst.switch}:{worst.port} p99 {worst.p99_queue_faithful:g}' if worst else 'n/a'}, "
+             f"{f'{worst.switch}:{worst.port} p99 {run.worst_p99():g}{basis}' if worst else 'n/a'}, "
              f"drops {run.drops if run.drops is not None else 'n/a'}; {verdict.line()}")
     return run
 

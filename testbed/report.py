@@ -44,8 +44,10 @@ def first_table(result: ScenarioResult) -> str:
         else:
             rows.append((f"{job.name}: flow completion p99 (ms)", [r.figures.get("fct_p99_ms") for r in records], 0))
     worst = [runs[m].worst_port() for m in modes]
-    rows.append(("p99 queue, worst port, faithful windows (pkts)",
-                 [w.p99_queue_faithful if w else None for w in worst], 0))
+    unfaithful = [m for m in modes if runs[m].worst_basis == "all"]
+    rows.append(("p99 queue, worst port, faithful windows (pkts)" + (
+                 f" ({', '.join(unfaithful)}: all windows, none faithful)" if unfaithful else ""),
+                 [runs[m].worst_p99() for m in modes], 0))
     drops = [runs[m].drops for m in modes]
     rows.append(("drops, all switch ports", [float(d) if d is not None else None for d in drops], 0))
     rows.append(("utilisation of leaf→spine ports", [runs[m].uplink_utilisation(roles) for m in modes], 2))
@@ -60,7 +62,7 @@ def first_table(result: ScenarioResult) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     ports = ", ".join(f"{m}: {w.switch}:{w.port}→{w.peer}" for m, w in zip(modes, worst, strict=True) if w)
     lines.append("")
-    lines.append(f"Worst port per mode (highest p99 queue over faithful windows): {ports}.")
+    lines.append(f"Worst port per mode (highest p99 queue over faithful windows): {ports or 'none (no INT readings)'}.")
     return "\n".join(lines)
 
 
@@ -149,24 +151,30 @@ def _plots(result: ScenarioResult) -> list[tuple[str, Path]]:
     capacity = {(s.name, link.port_of(s.name)): link for s in topo.switches for link in topo.links_of(s.name)}
 
     # Queue over time at the worst ports, per mode, with the ECN threshold (a quarter of the queue).
-    if watched:
-        fig, axes = plt.subplots(len(runs), 1, figsize=(11, 2.6 * len(runs)), sharex=True, squeeze=False)
-        for ax, (mode, run) in zip(axes[:, 0], runs.items(), strict=True):
-            rows = _read_csv(Path(run.run_dir) / "telemetry.csv")
-            for sw, port in watched:
-                pts = [(float(r["time"]) - run.t0, int(r["queue_pkts"])) for r in rows
-                       if r["switch"] == sw and r["port"] == str(port) and run.t0 <= float(r["time"]) < run.t1]
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], ".", ms=2, label=f"{sw}:{port}")
+    # Every reading is drawn; a mode's title gives its faithful share, and an unfaithful run still
+    # gets its plot (ranked over all windows), labelled so.
+    fig, axes = plt.subplots(len(runs), 1, figsize=(11, 2.6 * len(runs)), sharex=True, squeeze=False)
+    for ax, (mode, run) in zip(axes[:, 0], runs.items(), strict=True):
+        rows = _read_csv(Path(run.run_dir) / "telemetry.csv")
+        for sw, port in watched:
+            pts = [(float(r["time"]) - run.t0, int(r["queue_pkts"])) for r in rows
+                   if r["switch"] == sw and r["port"] == str(port) and run.t0 <= float(r["time"]) < run.t1]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], ".", ms=2, label=f"{sw}:{port}")
+        if watched:
             link = capacity[watched[0]]
             ax.axhline(link.queue_pkts // 4, color="tab:orange", ls="--", lw=1, label="ECN threshold")
             ax.set_ylim(0, link.queue_pkts + 2)
-            ax.set_ylabel(f"{mode}\nqueue (pkts)")
-            ax.grid(alpha=0.3)
             ax.legend(loc="upper right", fontsize=7, ncol=4)
-        axes[-1, 0].set_xlabel("seconds into the mode's run")
-        fig.suptitle("INT queue readings at the worst ports")
-        fig.tight_layout()
-        out.append(("Queues", _save(fig, result.out_dir / "queues.png", plt)))
+        else:
+            _no_data(ax, "no INT queue readings in this run")
+        ax.set_title(f"{mode}: all windows drawn, {100 * run.faithful_share:.0f}% of them faithful"
+                     + ("" if run.worst_basis == "faithful" else " (worst port ranked over all windows)"), fontsize=8)
+        ax.set_ylabel(f"{mode}\nqueue (pkts)")
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("seconds into the mode's run")
+    fig.suptitle("INT queue readings at the worst ports")
+    fig.tight_layout()
+    out.append(("Queues", _save(fig, result.out_dir / "queues.png", plt)))
 
     # Advised vs achieved rate per host (the advice mode).
     if "advice" in runs:
@@ -174,7 +182,11 @@ def _plots(result: ScenarioResult) -> list[tuple[str, Path]]:
         run_dir = Path(run.run_dir)
         rates = [r for r in _read_csv(Path(run.host_rates)) if run.t0 <= float(r["time"]) < run.t1]
         hosts = sorted({r["host"] for r in rates if float(r["tx_mbps"]) > 0.05}, key=lambda h: int(h[1:]))
-        if hosts:
+        if not hosts:
+            fig, ax = plt.subplots(figsize=(11, 1.5))
+            _no_data(ax, "no host sent in the advice run")
+            out.append(("Advised vs achieved rates", _save(fig, result.out_dir / "rates-advice.png", plt)))
+        else:
             fig, axes = plt.subplots(len(hosts), 1, figsize=(11, 1.5 * len(hosts)), sharex=True, squeeze=False)
             for ax, host in zip(axes[:, 0], hosts, strict=True):
                 achieved = [(float(r["time"]) - run.t0, float(r["tx_mbps"])) for r in rates if r["host"] == host]
@@ -232,6 +244,10 @@ def _plots(result: ScenarioResult) -> list[tuple[str, Path]]:
         fig.tight_layout()
         out.append(("busbw per mode", _save(fig, result.out_dir / "busbw.png", plt)))
     return out
+
+
+def _no_data(ax: Any, text: str) -> None:  # a matplotlib Axes
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
 
 
 def _binned_mean(t: list[float], v: list[float], bins: int) -> tuple[list[float], list[float]]:

@@ -1,0 +1,124 @@
+"""The CPU an experiment will need at its link rates, against what the machine has — said before it starts.
+
+Model (calibrated from cpu.csv on this machine, 2026-12-05, README "Fidelity capacity"): a soft
+switch spends ~63 µs of CPU per frame it forwards at the loads the testbed runs (the 8-rank ring at
+20 Mbit/s: 1.26 cores for 20k frames/s over the four switches, of which the pipeline itself is
+~1.5 µs a frame — the rest is wake-ups, system calls, GIL hand-offs and the receiver's kernel work
+that a veth send carries); flows send ACK_FRAMES_PER_DATA ACKs per data frame (measured there:
+0.19); at the link rate, where this model puts every flow, that is HOP_CPU_US per modelled
+frame-hop. Every host adds HOST_CORES (its agent and its ranks) and the controller
+CONTROLLER_CORES. The load: each sending host at its NIC's rate (split between its destinations,
+and no destination receiving more than its own NIC's rate), each frame forwarded by every switch on
+its path. The budget is the machine's cores (BUDGET_SHARE of them): the switches run at real-time
+priority and the rest of the testbed takes what they leave before the machine's other work does;
+the ring at 20 Mbit/s used 1.83-1.93 of 2 cores and held 97-99% of its windows.
+
+A full-load estimate for `make run` assumes every host sends to every other host (paths of the
+fabric's mean length); a scenario or bench passes its own flows.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+
+from topologies.spec import Topology
+
+HOP_CPU_US = 55.0
+ACK_FRAMES_PER_DATA = 0.2
+FRAME_BYTES = 1514
+HOST_CORES = 0.04
+CONTROLLER_CORES = 0.3
+BUDGET_SHARE = 1.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The CPU an experiment needs (cores) against the machine's budget; `fits_mbps`: the uniform
+    link rate (Mbit/s) whose load fits, when the experiment's does not."""
+
+    what: str
+    link_mbps: float
+    frames_per_s: float
+    switch_cores: float
+    other_cores: float
+    cores: int
+
+    @property
+    def needed(self) -> float:
+        return self.switch_cores + self.other_cores
+
+    @property
+    def available(self) -> float:
+        return BUDGET_SHARE * self.cores
+
+    @property
+    def over(self) -> bool:
+        return self.needed > self.available
+
+    @property
+    def fits_mbps(self) -> float:
+        """The largest link rate (whole Mbit/s, scaling every link alike) whose load fits the budget."""
+        room = self.available - self.other_cores
+        if room <= 0 or self.switch_cores <= 0:
+            return 0.0
+        return float(max(1, math.floor(self.link_mbps * min(1.0, room / self.switch_cores))))
+
+    def line(self) -> str:
+        text = (f"CPU budget ({self.what}): ~{self.needed:.1f} of {self.cores} cores — switches "
+                f"{self.switch_cores:.1f} ({self.frames_per_s / 1000:.0f}k frame-hops/s at ~{HOP_CPU_US:.0f} µs), "
+                f"controller, agents and workloads {self.other_cores:.1f}")
+        if self.over:
+            text += (f"; OVER the {self.available:.1f} cores a faithful run can use: expect late windows, "
+                     f"or scale down with --link-mbps {self.fits_mbps:g}")
+        return text
+
+
+def path_switches(topo: Topology, src: str, dst: str) -> int:
+    """Switches a frame from host src to host dst crosses (shortest path)."""
+    start, goal = topo.host_link(src).other(src), topo.host_link(dst).other(dst)
+    seen, frontier, hops = {start}, [start], 1
+    while goal not in seen:
+        nxt = [n for node in frontier for n, _ in topo.neighbours(node) if topo.is_switch(n) and n not in seen]
+        if not nxt:
+            raise ValueError(f"no path between {src} and {dst}")
+        seen.update(nxt)
+        frontier = nxt
+        hops += 1
+    return hops
+
+
+def estimate(topo: Topology, flows: list[tuple[str, str]], what: str, cores: int | None = None) -> Budget:
+    """The budget of `flows` (source host, destination host), each source at its NIC's rate split
+    between its flows, no destination taking more than its NIC's rate."""
+    nic = {h.name: topo.host_link(h.name).capacity_mbps for h in topo.hosts}
+    fan_out = Counter(src for src, _ in flows)
+    fan_in = Counter(dst for _, dst in flows)
+    frames = 0.0
+    for src, dst in flows:
+        mbps = min(nic[src] / fan_out[src], nic[dst] / fan_in[dst])
+        data_frames = mbps * 1e6 / 8 / FRAME_BYTES
+        frames += data_frames * (1 + ACK_FRAMES_PER_DATA) * path_switches(topo, src, dst)
+    hosts = {h for flow in flows for h in flow}
+    link_mbps = max((link.capacity_mbps for link in topo.links), default=0.0)
+    return Budget(what, link_mbps, frames, frames * HOP_CPU_US / 1e6,
+                  CONTROLLER_CORES + HOST_CORES * len(hosts), cores or os.cpu_count() or 1)
+
+
+def full_load(topo: Topology, cores: int | None = None) -> Budget:
+    """Every host sending at its NIC's rate, spread over every other host."""
+    hosts = [h.name for h in topo.hosts]
+    flows = [(a, b) for a in hosts for b in hosts if a != b]
+    return estimate(topo, flows, "every host sending at its link rate", cores)
+
+
+def ring_flows(hosts: list[str]) -> list[tuple[str, str]]:
+    """A ring over `hosts` in that order: each sends to the next."""
+    return [(hosts[i], hosts[(i + 1) % len(hosts)]) for i in range(len(hosts))] if len(hosts) > 1 else []
+
+
+def ring(topo: Topology, hosts: list[str], cores: int | None = None) -> Budget:
+    """A ring all-reduce over `hosts` in that order."""
+    return estimate(topo, ring_flows(hosts), f"a {len(hosts)}-rank ring", cores)
