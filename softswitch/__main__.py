@@ -10,9 +10,9 @@ lateness per 100 ms window (wire/fidelity.py) under ``--name``; ``--no-fidelity`
 monitor off (to measure its cost).
 
 The process is built to run at real-time priority when the testbed promotes it (wire/realtime.py):
-it demotes itself on SIGXCPU (a thread that ran too long without sleeping), its forwarding thread
-does no file I/O (the housekeeping thread does), and the objects of its start-up are frozen out of
-the garbage collector, whose full collections otherwise held the forwarding thread ~10 ms.
+its forwarding thread does no file I/O (the housekeeping thread does), and the objects of its
+start-up are frozen out of the garbage collector, whose full collections otherwise held the
+forwarding thread ~10 ms.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from softswitch.runtime_state import RuntimeState
 from wire.cpu import CPU_PORT
 from wire.fidelity import DEFAULT_TOLERANCE_MS, FidelityWindows
 from wire.p4info import DEFAULT_P4INFO, P4Schema
-from wire.realtime import install_guard
 
 
 def _port_map(values: list[str], option: str, cast: Callable[[str], float]) -> dict[int, float]:
@@ -138,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    install_guard(log)
     gc.collect()
     gc.freeze()
     failure: list[BaseException] = []

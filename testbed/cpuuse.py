@@ -8,8 +8,8 @@ source and window:
     window,source,kind,cpu_ms
 
 with `window` the window's start (wall-clock seconds, as in fidelity.csv), `source` a switch's
-name or a kind's total ("controller", "agents", "workloads", "samplers": TCP state samplers,
-"testbed": the process running the
+name or a kind's total ("controller", "agents", "workloads", "samplers": TCP state samplers and
+the real-time watchdog, "testbed": the process running the
 testbed, "machine": every CPU of the machine, busy), and cpu_ms the CPU time used in it (a core
 fully used for a window is 100 ms). ``usage`` sums a span of it for the verdict line ("CPU: the
 testbed used 1.3 of 2 cores — switches 0.9, ... — other work 0.4"), and ``top_others`` names the
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wire.fidelity import WINDOW_S
+from wire.realtime import cpu_seconds
 
 CPU_CSV = "cpu.csv"
 HZ = os.sysconf("SC_CLK_TCK")
@@ -42,20 +43,11 @@ def kind_of(label: str) -> str | None:
         return "controller"
     if label.startswith("agent-"):
         return "agents"
-    if label.startswith("sampler-"):
+    if label.startswith("sampler-") or label == "rtwatch":
         return "samplers"
     if label.startswith(("host-", "shell-")):
         return None
     return "workloads"
-
-
-def process_cpu_s(pid: int) -> float | None:
-    """CPU time (user + system, all threads) the process has used, seconds; None when it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / HZ
 
 
 def machine_busy_s() -> float:
@@ -98,6 +90,8 @@ class CpuSampler:
 
     def start(self) -> CpuSampler:
         self.path.write_text("window,source,kind,cpu_ms\n")
+        self._refresh_pids()
+        self._pids_read = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
         self._thread.start()
         return self
@@ -123,8 +117,7 @@ class CpuSampler:
 
     def _run(self) -> None:
         last_machine = machine_busy_s()
-        for pid in list(self._labels):
-            self._last[pid] = process_cpu_s(pid) or 0.0
+        self._last[os.getpid()] = cpu_seconds(os.getpid()) or 0.0  # counted from now on
         next_at = (int(time.time() / WINDOW_S) + 1) * WINDOW_S
         with self.path.open("a") as out:
             while not self._stop.wait(max(0.0, next_at - time.time())):
@@ -135,12 +128,12 @@ class CpuSampler:
                     self._pids_read = time.monotonic()
                 used: dict[tuple[str, str], float] = {}
                 for pid, key in self._labels.items():
-                    now = process_cpu_s(pid)
+                    now = cpu_seconds(pid)
                     if now is None:
                         continue
-                    before = self._last.get(pid)
+                    before = self._last.get(pid, 0.0)  # a process new to the run: all its CPU is the run's
                     self._last[pid] = now
-                    if before is not None and now > before:
+                    if now > before:
                         used[key] = used.get(key, 0.0) + now - before
                 machine = machine_busy_s()
                 used[("machine", "machine")] = machine - last_machine

@@ -93,6 +93,7 @@ class Testbed:
         self._schemas: dict[Path, P4Schema] = {}  # P4Info file -> its schema (schema_of)
         self._allowed_cc_before: str | None = None  # the root namespace's list, if this testbed changed it
         self.cpu: cpuuse.CpuSampler | None = None  # cpu.csv: where the CPU goes, per window
+        self.rtwatch: subprocess.Popen | None = None  # the real-time switches' watchdog
 
     # ---- bring-up ----------------------------------------------------------------------------
     def start(self) -> Testbed:
@@ -170,6 +171,8 @@ class Testbed:
             sw.launch()
         for sw in self.switches.values():
             sw.wait_ready()
+        if self.realtime_priority:
+            self._start_rtwatch()
         (self.run_dir / "switches.json").write_text(json.dumps({
             "dataplane": self.dataplane,
             "switches": {name: sw.process.describe() for name, sw in self.switches.items()},
@@ -180,6 +183,19 @@ class Testbed:
             info("*** Starting host agents\n")
             self._start_agents()
         self.ready_at = time.time()
+
+    def _start_rtwatch(self) -> None:
+        """The watchdog that demotes a real-time switch holding a whole CPU (testbed/rtwatch.py)."""
+        promoted = {name: sw.process.proc.pid for name, sw in self.switches.items()
+                    if sw.process.proc is not None and sw.process.scheduling.startswith("fifo")}
+        if not promoted:
+            return
+        with (self.run_dir / "rtwatch.log").open("ab") as out:
+            self.rtwatch = subprocess.Popen(
+                [sys.executable, "-m", "testbed.rtwatch", "--log-dir", str(self.run_dir / "switches"),
+                 *[f"--switch={name}={pid}" for name, pid in promoted.items()]],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        record_pid(self.run_dir, "rtwatch", self.rtwatch.pid)
 
     def _start_controller(self) -> None:
         log_path = self.run_dir / "controller.out"
@@ -245,6 +261,10 @@ class Testbed:
             forget_pid(self.run_dir, f"agent-{name}")
         self.agents = {}
         self._end_controller()
+        if self.rtwatch is not None:
+            stop_process(self.rtwatch)
+            forget_pid(self.run_dir, "rtwatch")
+            self.rtwatch = None
         if self.net is not None:
             for host in self.net.hosts:
                 if host.shell is not None and (left := host.end_processes()):

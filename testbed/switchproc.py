@@ -5,8 +5,8 @@ ports as (number, interface) and per-port egress (rate Mbit/s, depth packets) â€
 the process they start and in how queue rate and depth are set: the soft switch's command line,
 or BMv2's Thrift CLI once it answers. Readiness is checked, never slept for: the process must be
 alive and answer P4Runtime Capabilities; otherwise the error carries the tail of its log. Once
-ready, every thread of the process is put under SCHED_FIFO (wire/realtime.py: priority, and the
-guard against a switch that spins); the process takes it with it when it ends.
+ready, every thread of the process can be put under SCHED_FIFO (wire/realtime.py; the testbed does
+it, and watches for runaways); the process takes its priority with it when it ends.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from wire import faultsfile
 from wire.cpu import CPU_PORT
 from wire.fidelity import BMV2_RATE_PKT_BYTES
 from wire.proto import p4r, p4r_grpc
-from wire.realtime import DEFAULT_PRIORITY, RealtimeError, promote
+from wire.realtime import RealtimeError, promote
 
 FIDELITY_CSV = "fidelity.csv"
 READY_TIMEOUT_S = 30.0
@@ -83,7 +83,7 @@ class SwitchProcess:
     def __init__(self, name: str, device_id: int, grpc_port: int, run_dir: Path,
                  ports: list[tuple[int, str]], shapes: dict[int, tuple[float, int]], seed: int | None = None,
                  fidelity_tolerance_ms: float | None = None, fidelity: bool = True,
-                 realtime_priority: int = DEFAULT_PRIORITY) -> None:
+                 realtime_priority: int = 0) -> None:
         """seed: the switch's RNG seed (default: derived from the device id, so runs repeat);
         fidelity_tolerance_ms: the soft switch's late-event threshold (default wire/fidelity.py's);
         fidelity: False runs the soft switch without its monitor (bench: the monitor's cost);

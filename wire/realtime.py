@@ -1,38 +1,40 @@
-"""Real-time scheduling for switch processes, and the guard that keeps a runaway from freezing the machine.
-
-The contract between the testbed (which promotes) and a switch process (which may demote itself):
+"""Real-time scheduling for switch processes, and the watchdog that keeps a runaway from freezing the machine.
 
 - ``promote(pid, priority)`` puts every thread of a switch process under SCHED_FIFO at `priority`
-  (threads it starts later inherit it) and sets its RLIMIT_RTTIME: the CPU time a real-time
-  thread may use without sleeping. A healthy switch sleeps in epoll many times a millisecond; one
-  that runs ``RTTIME_SOFT_S`` without sleeping is spinning.
-- The soft limit sends SIGXCPU. The soft switch catches it (``install_guard``) and moves all its
-  threads back to SCHED_OTHER, logging why: it keeps forwarding, late, and the fidelity monitor
-  says so. A process that does not catch it (BMv2) ends on it, and on the hard limit
-  (``RTTIME_HARD_S``) the kernel kills any process still spinning.
-- Besides, the kernel keeps 5% of every second for normal tasks (kernel.sched_rt_runtime_us,
-  left as the machine has it), so even a spin the limit has not caught yet leaves a shell working.
+  (threads it starts later inherit it). The testbed does it once a switch is ready
+  (testbed/switchproc.py) and starts the watchdog over them (testbed/rtwatch.py).
+- A switch that takes a whole CPU for RUNAWAY_WINDOW_S is a runaway (a loop that does not end, or
+  more load than a core can forward): at real-time priority it would hold that CPU against
+  everything else on the machine. The watchdog, a small process of its own at WATCHDOG_PRIORITY
+  (above the switches), reads each switch's CPU time every WATCH_PERIOD_S and ``demote``s a
+  runaway to normal scheduling, saying so in the switch's log: it keeps forwarding, late, and the
+  fidelity monitor says so.
+- Why not RLIMIT_RTTIME (the kernel's limit on real-time CPU without sleeping, tried first): a
+  Python thread that spins still sleeps whenever another thread of its process takes the GIL, and
+  each such sleep resets the kernel's count — a spinning soft switch with a housekeeping thread
+  was never caught. A watchdog on CPU shares sees it, and works alike for BMv2.
+- Underneath, the kernel keeps 5% of every second for normal tasks (kernel.sched_rt_runtime_us,
+  left as the machine has it): a shell answers even before the watchdog acts.
 
 Why real time (measured, README "Fidelity capacity"): at nice 0 a switch waits behind every other
 runnable task for its time slice; the 8-rank ring at 20 Mbit/s held 6-7% of its windows faithful
-on this machine, and with the four switches at SCHED_FIFO 20 (this module) 80-88%.
+on this machine, and with the four switches at SCHED_FIFO 20 97-99%.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import resource
-import signal
 from pathlib import Path
-from types import FrameType
 
-DEFAULT_PRIORITY = 20  # SCHED_FIFO 1-99; above the kernel's threaded IRQs' 50 would starve them, so below
-RTTIME_SOFT_S = 0.5
-RTTIME_HARD_S = 2.0
+DEFAULT_PRIORITY = 20  # SCHED_FIFO 1-99; below the kernel's threaded IRQs' 50, which it must not starve
+WATCHDOG_PRIORITY = 40  # above the switches, so a runaway cannot keep it from running
+WATCH_PERIOD_S = 0.05
+RUNAWAY_WINDOW_S = 0.3
+RUNAWAY_SHARE = 0.9  # of one CPU over the window
 
 POLICY_NAMES = {os.SCHED_OTHER: "other", os.SCHED_FIFO: "fifo", os.SCHED_RR: "rr",
                 os.SCHED_BATCH: "batch", os.SCHED_IDLE: "idle"}
+HZ = os.sysconf("SC_CLK_TCK")
 
 
 class RealtimeError(RuntimeError):
@@ -47,16 +49,11 @@ def threads_of(pid: int) -> list[int]:
         return []
 
 
-def promote(pid: int, priority: int = DEFAULT_PRIORITY, soft_s: float = RTTIME_SOFT_S,
-            hard_s: float = RTTIME_HARD_S) -> int:
-    """Every thread of `pid` to SCHED_FIFO at `priority`, with RLIMIT_RTTIME soft_s/hard_s (seconds
-    of CPU without sleeping); the number of threads promoted. RealtimeError names the cause."""
+def promote(pid: int, priority: int = DEFAULT_PRIORITY) -> int:
+    """Every thread of `pid` to SCHED_FIFO at `priority`; the number of threads promoted.
+    RealtimeError names the cause (not root, a real-time cgroup without a budget)."""
     if not 1 <= priority <= 99:
         raise RealtimeError(f"real-time priority must be 1..99, got {priority}")
-    try:
-        resource.prlimit(pid, resource.RLIMIT_RTTIME, (int(soft_s * 1e6), int(hard_s * 1e6)))
-    except (OSError, ValueError) as exc:
-        raise RealtimeError(f"pid {pid}: cannot limit its real-time CPU time (RLIMIT_RTTIME): {exc}") from None
     tids = threads_of(pid)
     for tid in tids:
         try:
@@ -93,25 +90,10 @@ def policy_of(pid: int) -> set[str]:
     return policies
 
 
-def install_guard(log: logging.Logger) -> None:
-    """SIGXCPU (RLIMIT_RTTIME's soft limit) demotes this process to normal scheduling, logged once."""
-
-    def on_xcpu(signum: int, frame: FrameType | None) -> None:
-        demoted = demote(os.getpid())
-        if demoted:
-            log.error("a thread ran %.1f s on the CPU at real-time priority without sleeping (RLIMIT_RTTIME): "
-                      "%d thread(s) moved back to normal scheduling; timing from now on is the machine's",
-                      resource.getrlimit(resource.RLIMIT_RTTIME)[0] / 1e6, demoted)
-
-    signal.signal(signal.SIGXCPU, on_xcpu)
-
-
-def rt_runtime_share() -> float | None:
-    """kernel.sched_rt_runtime_us / sched_rt_period_us: the share of each second real-time tasks
-    may use (None when unlimited or unreadable)."""
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system, every thread) process `pid` has used; None when it is gone."""
     try:
-        runtime = int(Path("/proc/sys/kernel/sched_rt_runtime_us").read_text())
-        period = int(Path("/proc/sys/kernel/sched_rt_period_us").read_text())
-    except (OSError, ValueError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
         return None
-    return None if runtime < 0 else runtime / period
+    return (int(fields[11]) + int(fields[12])) / HZ
