@@ -79,6 +79,7 @@ reference: deps
 
 bench: deps
 	$(PY) bench/softswitch_pps.py
+	$(PY) bench/fidelity_capacity.py
 	$(PY) bench/advisor_scale.py
 	$(PY) bench/advice_latency.py
 	$(PY) bench/allreduce_busbw.py

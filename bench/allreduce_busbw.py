@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from testbed import budget  # noqa: E402
 from testbed.net import Testbed  # noqa: E402
 from topologies import leafspine  # noqa: E402
 from workloads.allreduce.job import JobSpec, run_job  # noqa: E402
@@ -33,6 +34,7 @@ def main() -> int:
     args = parser.parse_args()
     modes, algos = args.modes.split(","), args.algos.split(",")
     shares: dict[tuple[str, str], list[float]] = {}
+    print(budget.ring(leafspine(), [f"h{i}" for i in range(1, 9)]).line())
     with Testbed(leafspine(), dataplane="soft", name="bench-allreduce", mode="none") as tb:
         view = FabricView.of_testbed(tb)
         hosts = [h.name for h in tb.topo.hosts]

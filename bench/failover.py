@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from testbed import budget  # noqa: E402
 from testbed.failover import cut_during_ring  # noqa: E402
 from testbed.net import Testbed  # noqa: E402
 from topologies import leafspine  # noqa: E402
@@ -44,6 +45,7 @@ def main() -> int:
     if unknown or args.runs < 1:
         parser.error(f"--cases from {', '.join(CASES)}; --runs >= 1 (got {unknown or args.runs})")
     results: dict[str, list[dict]] = {c: [] for c in cases}
+    print(budget.ring(leafspine(), ["h1", "h2", "h5", "h6"]).line())
     with Testbed(leafspine(), dataplane="soft", name="bench-failover", mode="advice") as tb:
         print(f"run directory: {tb.run_dir}", flush=True)
         for i in range(args.runs):

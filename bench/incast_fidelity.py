@@ -30,8 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from testbed import budget  # noqa: E402
 from testbed.fidelity import read_records  # noqa: E402
-from testbed.incast import BOTTLENECK, SENDERS, IncastResult, pacing_cleared, run_incast  # noqa: E402
+from testbed.incast import BOTTLENECK, RECEIVER, SENDERS, IncastResult, pacing_cleared, run_incast  # noqa: E402
 from testbed.net import Testbed  # noqa: E402
 from testbed.tcpplot import bottleneck_queue, plot, summarise  # noqa: E402
 from topologies import leafspine  # noqa: E402
@@ -114,6 +115,7 @@ def main() -> int:
     header = (f"{'mode':7} {'run':>3} {'faith':>7} {'p99':>5} {'p90':>5} {'p99all':>5} {'drops':>6} "
               f"{'flagged':>7} {'jain':>6} {'util':>5}  drops in flagged windows (t: drops)")
     topo = leafspine() if args.capacity_mbps is None else leafspine(capacity_mbps=args.capacity_mbps)
+    print(budget.estimate(topo, [(s, RECEIVER) for s in SENDERS], f"the {len(SENDERS)}->1 incast").line())
     with Testbed(topo, dataplane=args.dataplane, name=f"bench-incast-{args.dataplane}", mode=modes[0]) as tb:
         print(f"run directory {tb.run_dir}; {args.runs} runs per mode of {len(SENDERS)}→1 incast, "
               f"queue/drops over faithful 100 ms windows")
