@@ -1,17 +1,19 @@
 """The CPU an experiment will need at its link rates, against what the machine has — said before it starts.
 
 Model (calibrated from cpu.csv on this machine, 2026-12-05, README "Fidelity capacity"): a soft
-switch spends ~63 µs of CPU per frame it forwards at the loads the testbed runs (the 8-rank ring at
-20 Mbit/s: 1.26 cores for 20k frames/s over the four switches, of which the pipeline itself is
-~1.5 µs a frame — the rest is wake-ups, system calls, GIL hand-offs and the receiver's kernel work
-that a veth send carries); flows send ACK_FRAMES_PER_DATA ACKs per data frame (measured there:
-0.19); at the link rate, where this model puts every flow, that is HOP_CPU_US per modelled
-frame-hop. Every host adds HOST_CORES (its agent and its ranks) and the controller
-CONTROLLER_CORES. The load: each sending host at its NIC's rate (split between its destinations,
-and no destination receiving more than its own NIC's rate), each frame forwarded by every switch on
-its path. The budget is the machine's cores (BUDGET_SHARE of them): the switches run at real-time
-priority and the rest of the testbed takes what they leave before the machine's other work does;
-the ring at 20 Mbit/s used 1.83-1.93 of 2 cores and held 97-99% of its windows.
+switch spends IDLE_SWITCH_CORES with no traffic and ~45-80 µs of CPU per frame it forwards, less
+the busier it is (the 8-rank ring: 0.9-1.2 cores at 10 Mbit/s, 1.23-1.29 at 20 for ~20k frames/s
+over the four switches); the pipeline itself is ~1.5 µs a frame — the rest is wake-ups, system
+calls, GIL hand-offs and the receiver's kernel work that a veth send carries. Flows send
+ACK_FRAMES_PER_DATA ACKs per data frame (measured there: 0.19); at the link rate, where this model
+puts every flow, that is HOP_CPU_US per modelled frame-hop. Every host adds HOST_CORES (its agent
+and its ranks) and the controller CONTROLLER_CORES. The load: each sending host at its NIC's rate
+(split between its destinations, and no destination receiving more than its own NIC's rate), each
+frame forwarded by every switch on its path. The budget is the machine's cores (BUDGET_SHARE of
+them): the switches run at real-time priority and the rest of the testbed takes what they leave
+before the machine's other work does; the ring at 20 Mbit/s used 1.83-1.93 of 2 cores and held
+95-99% of its windows. Over budget, the switches still get theirs first: at 40 and 80 Mbit/s the
+ring held 87-96% of its windows but its hosts, starved, reached only 45-68% of the link.
 
 A full-load estimate for `make run` assumes every host sends to every other host (paths of the
 fabric's mean length); a scenario or bench passes its own flows.
@@ -26,7 +28,8 @@ from dataclasses import dataclass
 
 from topologies.spec import Topology
 
-HOP_CPU_US = 55.0
+HOP_CPU_US = 50.0
+IDLE_SWITCH_CORES = 0.03  # a soft switch with no traffic: link polls, probes, P4Runtime
 ACK_FRAMES_PER_DATA = 0.2
 FRAME_BYTES = 1514
 HOST_CORES = 0.04
@@ -42,9 +45,17 @@ class Budget:
     what: str
     link_mbps: float
     frames_per_s: float
-    switch_cores: float
+    idle_cores: float  # the switches' without traffic
     other_cores: float
     cores: int
+
+    @property
+    def frame_cores(self) -> float:
+        return self.frames_per_s * HOP_CPU_US / 1e6
+
+    @property
+    def switch_cores(self) -> float:
+        return self.idle_cores + self.frame_cores
 
     @property
     def needed(self) -> float:
@@ -61,18 +72,19 @@ class Budget:
     @property
     def fits_mbps(self) -> float:
         """The largest link rate (whole Mbit/s, scaling every link alike) whose load fits the budget."""
-        room = self.available - self.other_cores
-        if room <= 0 or self.switch_cores <= 0:
+        room = self.available - self.other_cores - self.idle_cores
+        if room <= 0 or self.frame_cores <= 0:
             return 0.0
-        return float(max(1, math.floor(self.link_mbps * min(1.0, room / self.switch_cores))))
+        return float(max(1, math.floor(self.link_mbps * min(1.0, room / self.frame_cores))))
 
     def line(self) -> str:
         text = (f"CPU budget ({self.what}): ~{self.needed:.1f} of {self.cores} cores — switches "
                 f"{self.switch_cores:.1f} ({self.frames_per_s / 1000:.0f}k frame-hops/s at ~{HOP_CPU_US:.0f} µs), "
                 f"controller, agents and workloads {self.other_cores:.1f}")
         if self.over:
-            text += (f"; OVER the {self.available:.1f} cores a faithful run can use: expect late windows, "
-                     f"or scale down with --link-mbps {self.fits_mbps:g}")
+            text += (f"; OVER the {self.available:.1f} cores here: the switches (real-time) take theirs first, so "
+                     f"expect the hosts to fall behind (busbw below the link) and late windows; "
+                     f"--link-mbps {self.fits_mbps:g} fits")
         return text
 
 
@@ -103,7 +115,7 @@ def estimate(topo: Topology, flows: list[tuple[str, str]], what: str, cores: int
         frames += data_frames * (1 + ACK_FRAMES_PER_DATA) * path_switches(topo, src, dst)
     hosts = {h for flow in flows for h in flow}
     link_mbps = max((link.capacity_mbps for link in topo.links), default=0.0)
-    return Budget(what, link_mbps, frames, frames * HOP_CPU_US / 1e6,
+    return Budget(what, link_mbps, frames, len(topo.switches) * IDLE_SWITCH_CORES,
                   CONTROLLER_CORES + HOST_CORES * len(hosts), cores or os.cpu_count() or 1)
 
 

@@ -21,7 +21,8 @@ def test_the_ring_costs_what_its_hops_carry_and_scales_with_the_link_rate():
     per_flow = 20e6 / 8 / budget.FRAME_BYTES * (1 + budget.ACK_FRAMES_PER_DATA)
     assert at20.frames_per_s == pytest.approx(12 * per_flow)
     at40 = budget.ring(leafspine(capacity_mbps=40), hosts, cores=2)
-    assert at40.switch_cores == pytest.approx(2 * at20.switch_cores)
+    assert at40.frame_cores == pytest.approx(2 * at20.frame_cores)
+    assert at40.idle_cores == at20.idle_cores == 4 * budget.IDLE_SWITCH_CORES
     assert at40.other_cores == at20.other_cores
 
 
