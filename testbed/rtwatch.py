@@ -1,12 +1,13 @@
-"""The real-time watchdog: a process of its own that demotes a switch which holds a whole CPU.
+"""The real-time watchdog: a process of its own that demotes a real-time process holding a whole CPU.
 
-    python -m testbed.rtwatch --switch s1=PID --switch s2=PID ... --log-dir RUN/switches
+    python -m testbed.rtwatch --watch s1=PID=RUN/switches/s1.log --watch controller=PID=RUN/controller.log ...
 
-Runs at SCHED_FIFO WATCHDOG_PRIORITY (above the switches, wire/realtime.py) and single-threaded,
-so no runaway and no GIL of another process can keep it from running. Every WATCH_PERIOD_S it
-reads each switch's CPU time; one that used RUNAWAY_SHARE of a CPU over the last RUNAWAY_WINDOW_S
-while real-time is moved to normal scheduling, with a line in its log (switches/<name>.log) and
-in this process's stdout. It ends on SIGTERM or when every switch it watches has ended.
+Runs at SCHED_FIFO WATCHDOG_PRIORITY (above the testbed's real-time processes, wire/realtime.py)
+and single-threaded, so no runaway and no GIL of another process can keep it from running. Every
+WATCH_PERIOD_S it reads each watched process's CPU time; one that used RUNAWAY_SHARE of a CPU over
+the last RUNAWAY_WINDOW_S while real-time is moved to normal scheduling, with a line in its log
+(the third part of --watch, optional) and on this process's stdout. It ends on SIGTERM or when
+every process it watches has ended.
 """
 
 from __future__ import annotations
@@ -40,21 +41,21 @@ def runaway(samples: deque[tuple[float, float]]) -> float | None:
     return (c1 - c0) / (t1 - t0)
 
 
-def say(log_dir: Path | None, name: str, text: str) -> None:
+def say(log: Path | None, name: str, text: str) -> None:
     now = time.time()
     line = f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))},{int(now % 1 * 1000):03d} rtwatch ERROR {text}\n"
     print(f"{name}: {line}", end="", flush=True)
-    if log_dir is not None:
-        with (log_dir / f"{name}.log").open("a") as f:  # the switch appends too, O_APPEND both
+    if log is not None:
+        with log.open("a") as f:  # the process appends too, O_APPEND both
             f.write(line)
 
 
-def watch(switches: dict[str, int], log_dir: Path | None) -> None:
-    samples: dict[str, deque[tuple[float, float]]] = {name: deque() for name in switches}
+def watch(watched: dict[str, int], logs: dict[str, Path]) -> None:
+    samples: dict[str, deque[tuple[float, float]]] = {name: deque() for name in watched}
     demoted: set[str] = set()
     while True:
         alive = 0
-        for name, pid in switches.items():
+        for name, pid in watched.items():
             used = cpu_seconds(pid)
             if used is None:
                 continue
@@ -70,7 +71,7 @@ def watch(switches: dict[str, int], log_dir: Path | None) -> None:
             if share is not None and share >= RUNAWAY_SHARE and "fifo" in policy_of(pid):
                 count = demote(pid)
                 demoted.add(name)
-                say(log_dir, name, f"used {share:.0%} of a CPU for {now - window[0][0]:.2f} s at real-time "
+                say(logs.get(name), name, f"used {share:.0%} of a CPU for {now - window[0][0]:.2f} s at real-time "
                                    f"priority: {count} thread(s) moved back to normal scheduling (a runaway, or more "
                                    f"load than one core forwards); timing from now on is the machine's")
         if not alive:
@@ -80,22 +81,27 @@ def watch(switches: dict[str, int], log_dir: Path | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="testbed.rtwatch", description=__doc__.splitlines()[0])
-    parser.add_argument("--switch", action="append", default=[], metavar="NAME=PID")
-    parser.add_argument("--log-dir", type=Path, help="where the switches' logs are (switches/)")
+    parser.add_argument("--watch", action="append", default=[], metavar="NAME=PID[=LOG]",
+                        help="a real-time process to watch, and the log its demotion is written to")
     args = parser.parse_args(argv)
-    switches = {}
-    for value in args.switch:
-        name, sep, pid = value.partition("=")
-        if not sep or not pid.isdigit():
-            parser.error(f"--switch: expected NAME=PID, got {value!r}")
-        switches[name] = int(pid)
+    watched, logs = {}, {}
+    for value in args.watch:
+        name, _, rest = value.partition("=")
+        pid, _, log = rest.partition("=")
+        if not name or not pid.isdigit():
+            parser.error(f"--watch: expected NAME=PID[=LOG], got {value!r}")
+        watched[name] = int(pid)
+        if log:
+            logs[name] = Path(log)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, on_term)
     promote(os.getpid(), WATCHDOG_PRIORITY)
-    watch(switches, args.log_dir)
+    print(f"watching {', '.join(watched)} (real-time share >= {RUNAWAY_SHARE:.0%} of a CPU for "
+          f"{RUNAWAY_WINDOW_S:g} s is a runaway)", flush=True)
+    watch(watched, logs)
     return 0
 
 

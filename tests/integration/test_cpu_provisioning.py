@@ -1,6 +1,6 @@
-"""CPU provisioning of a testbed: the switch processes run at real-time priority, a runaway switch
-demotes itself without stopping the machine from answering, cpu.csv says where the CPU went, and
-teardown leaves the machine's scheduling as it found it."""
+"""CPU provisioning of a testbed: the switches, the controller and the host agents run at real-time
+priority, the watchdog demotes a runaway switch before it stops the machine answering, cpu.csv
+says where the CPU went, and teardown leaves the machine's scheduling as it found it."""
 
 from __future__ import annotations
 
@@ -60,7 +60,10 @@ def worst_lag_while(action, period_s: float = 0.01) -> float:
 
 def test_switches_run_real_time_a_runaway_demotes_itself_and_teardown_leaves_nothing():
     before = machine_state()
-    with Testbed(leafspine(), dataplane="soft", name="test-cpu-provisioning", agents=False) as tb:
+    with Testbed(leafspine(), dataplane="soft", name="test-cpu-provisioning") as tb:
+        assert tb.controller is not None
+        control = [tb.controller.pid, *(proc.pid for proc in tb.agents.values())]
+        assert all(realtime.policy_of(pid) == {"fifo"} for pid in control), [realtime.policy_of(p) for p in control]
         pids = {name: sw.process.proc.pid for name, sw in tb.switches.items()}
         starts = {name: process_start_time(pid) for name, pid in pids.items()}
         for name, pid in pids.items():
@@ -83,8 +86,9 @@ def test_switches_run_real_time_a_runaway_demotes_itself_and_teardown_leaves_not
         for name in pids:
             log = (tb.run_dir / "switches" / f"{name}.log").read_text()
             assert "moved back to normal scheduling" in log, f"{name} did not say it was demoted"
-        # demoted, they still forward
+        # demoted, they still forward; the controller and agents were left alone
         assert wait_until(lambda: tb.net.ping([tb.host("h1"), tb.host("h5")], timeout="1") == 0, 10.0)
+        assert all(realtime.policy_of(pid) == {"fifo"} for pid in control)
 
         t1 = tb.now()
         used = usage(tb.run_dir / CPU_CSV, tb.ready_at, t1)

@@ -58,8 +58,9 @@ def test_the_watchdog_demotes_a_spinning_process_and_leaves_a_sleeping_one(tmp_p
         realtime.promote(spinner.pid, realtime.DEFAULT_PRIORITY)
         realtime.promote(sleeper.pid, realtime.DEFAULT_PRIORITY)
         started = time.monotonic()
-        watchdog = subprocess.Popen([sys.executable, "-m", "testbed.rtwatch", "--log-dir", str(tmp_path),
-                                     f"--switch=spin={spinner.pid}", f"--switch=sleep={sleeper.pid}"],
+        watchdog = subprocess.Popen([sys.executable, "-m", "testbed.rtwatch",
+                                     f"--watch=spin={spinner.pid}={tmp_path}/spin.log",
+                                     f"--watch=sleep={sleeper.pid}={tmp_path}/sleep.log"],
                                     cwd=ROOT, stdout=subprocess.PIPE, text=True)
         while realtime.policy_of(spinner.pid) != {"other"} and time.monotonic() - started < 2.5:
             time.sleep(0.02)
@@ -79,7 +80,7 @@ def test_the_watchdog_demotes_a_spinning_process_and_leaves_a_sleeping_one(tmp_p
 
 def test_the_watchdog_ends_when_what_it_watches_has_ended(tmp_path):
     proc = child(SLEEPER)
-    watchdog = subprocess.Popen([sys.executable, "-m", "testbed.rtwatch", f"--switch=s={proc.pid}"], cwd=ROOT)
+    watchdog = subprocess.Popen([sys.executable, "-m", "testbed.rtwatch", f"--watch=s={proc.pid}"], cwd=ROOT)
     try:
         time.sleep(0.3)
         assert watchdog.poll() is None
