@@ -98,7 +98,8 @@ class DataPlane:
         self.stats_file = stats_file
         self.pending_out: deque[tuple[int, bytes]] = deque()
         self.faults = Followed(faults_file) if faults_file is not None else None
-        self.faults_due: dict | None = None  # read by the housekeeping thread, applied by the forwarding one
+        # Read by the housekeeping thread, applied by the forwarding one (deque: atomic hand-over, latest wins)
+        self.faults_due: deque[dict] = deque(maxlen=1)
         self.spin_s = 0.0  # injected runaway: the forwarding thread spins this long once (the guard's test)
         self.delay_s = 0.0  # injected processing delay: every forwarded frame waits this long before its queue
         self.delayed: deque[tuple[float, int, bytearray | IntPending, int]] = deque()  # (due, port, frame, in)
@@ -223,7 +224,7 @@ class DataPlane:
                         wait = delay
                 if now >= next_link_poll:
                     self._poll_links()
-                    if self.faults_due is not None:
+                    if self.faults_due:
                         self.apply_faults()
                     if self.spin_s:
                         self._spin()
@@ -304,12 +305,13 @@ class DataPlane:
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             log.error("faults file %s: %s (faults unchanged)", self.faults.path, exc)
             return
-        self.faults_due = {"delay_s": delay_ms / 1000, "rates": rates, "spin_s": spin_ms / 1000}
+        self.faults_due.append({"delay_s": delay_ms / 1000, "rates": rates, "spin_s": spin_ms / 1000})
 
     def apply_faults(self) -> None:
         """The faults read_faults found (forwarding thread: the queues and the delay line are its own)."""
-        faults, self.faults_due = self.faults_due, None
-        if faults is None:
+        try:
+            faults = self.faults_due.popleft()
+        except IndexError:
             return
         self.delay_s = faults["delay_s"]
         self.spin_s = faults["spin_s"]
