@@ -100,7 +100,6 @@ class DataPlane:
         self.faults = Followed(faults_file) if faults_file is not None else None
         # Read by the housekeeping thread, applied by the forwarding one (deque: atomic hand-over, latest wins)
         self.faults_due: deque[dict] = deque(maxlen=1)
-        self.spin_s = 0.0  # injected runaway: the forwarding thread spins this long once (the guard's test)
         self.delay_s = 0.0  # injected processing delay: every forwarded frame waits this long before its queue
         self.delayed: deque[tuple[float, int, bytearray | IntPending, int]] = deque()  # (due, port, frame, in)
         self.bad_frame_kinds: dict[str, int] = {}  # exception type -> frames the pipeline failed on
@@ -226,8 +225,6 @@ class DataPlane:
                     self._poll_links()
                     if self.faults_due:
                         self.apply_faults()
-                    if self.spin_s:
-                        self._spin()
                     next_link_poll = now + LINK_POLL_S
                 if now >= next_stats:
                     offset = wall_offset()  # follows a slewing wall clock
@@ -259,9 +256,8 @@ class DataPlane:
                 self.write_stats()
                 next_stats = now + STATS_PERIOD_S
 
-    def _spin(self) -> None:
+    def _spin(self, spin_s: float) -> None:
         """An injected runaway (faults {"spin_ms": N}): hold the CPU N ms without sleeping, once."""
-        spin_s, self.spin_s = self.spin_s, 0.0
         log.warning("injected fault: spinning %.0f ms without sleeping", spin_s * 1000)
         until = time.monotonic() + spin_s
         while time.monotonic() < until:
@@ -314,11 +310,12 @@ class DataPlane:
         except IndexError:
             return
         self.delay_s = faults["delay_s"]
-        self.spin_s = faults["spin_s"]
         for port, spec in self.specs.items():
             self.egress[port].set_rate(faults["rates"].get(port, spec.rate_mbps))
         log.warning("injected faults: processing delay %g ms, port rates %s", faults["delay_s"] * 1000,
                     faults["rates"] or "as configured")
+        if faults["spin_s"]:
+            self._spin(faults["spin_s"])
 
     def total_drops(self) -> int:
         """Tail drops of all egress queues so far."""

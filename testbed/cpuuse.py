@@ -9,11 +9,11 @@ source and window:
 
 with `window` the window's start (wall-clock seconds, as in fidelity.csv), `source` a switch's
 name or a kind's total ("controller", "agents", "workloads", "samplers": TCP state samplers and
-the real-time watchdog, "testbed": the process running the
-testbed, "machine": every CPU of the machine, busy), and cpu_ms the CPU time used in it (a core
-fully used for a window is 100 ms). ``usage`` sums a span of it for the verdict line ("CPU: the
-testbed used 1.3 of 2 cores — switches 0.9, ... — other work 0.4"), and ``top_others`` names the
-processes outside the run that took the most CPU, for a failure's message.
+the real-time watchdog, "testbed": the process running the testbed, "machine": every CPU of the
+machine, busy), and cpu_ms the CPU time used in it (a core fully used for a window is 100 ms).
+``usage`` sums a span of it for the verdict line ("CPU: the testbed used 1.3 of 2 cores —
+switches 0.9, ... — other work 0.4"), and ``top_others`` names the processes outside the run that
+took the most CPU, for a failure's message.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wire.fidelity import WINDOW_S
-from wire.realtime import cpu_seconds
+from wire.realtime import HZ, cpu_seconds
 
 CPU_CSV = "cpu.csv"
-HZ = os.sysconf("SC_CLK_TCK")
 CORES = os.cpu_count() or 1
 REFRESH_PIDS_S = 1.0
 KINDS = ("switches", "controller", "agents", "workloads", "samplers", "testbed")

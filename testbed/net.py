@@ -72,7 +72,7 @@ class Testbed:
         controller_args: extra `python -m controller` options (e.g. ["--eta", "0.9"]);
         fidelity_tolerance_ms: the soft switches' late-event threshold (default wire/fidelity.py's);
         realtime_priority: SCHED_FIFO priority of the switches, the controller and the host agents
-        one below (0: normal scheduling; _start_rtwatch says why)."""
+        one below (0: normal scheduling; _provision_realtime says why)."""
         self.fidelity_tolerance_ms = fidelity_tolerance_ms
         self.realtime_priority = realtime_priority
         self.started_at = 0.0
@@ -183,14 +183,14 @@ class Testbed:
             info("*** Starting host agents\n")
             self._start_agents()
         if self.realtime_priority:
-            self._start_rtwatch()
+            self._provision_realtime()
         self.ready_at = time.time()
 
-    def _start_rtwatch(self) -> None:
-        """The emulated network's control plane — controller and host agents — at SCHED_FIFO one
-        below the switches (promoted when ready), and the watchdog that demotes any of them that
-        holds a whole CPU (testbed/rtwatch.py). Both planes run before the hosts' workloads and
-        the machine's other work; the switches' timing comes first. Measured on the demo (advice
+    def _provision_realtime(self) -> None:
+        """Real-time scheduling once the network is up: the control plane — controller and host
+        agents — at SCHED_FIFO one below the switches (promoted when ready), and the watchdog
+        that demotes any of them that holds a whole CPU (testbed/rtwatch.py). Both planes run
+        before the hosts' workloads and the machine's other work; the switches' timing comes first. Measured on the demo (advice
         mode): the controller and agents at normal priority were starved for up to 0.5 s when the
         switches saturated both cores at the incast's onset (advice late: p99 queue 60, 84 drops);
         above the switches they delayed them (76% of windows faithful); at the switches' priority
@@ -279,7 +279,7 @@ class Testbed:
         (self.run_dir / "controller.ready").unlink(missing_ok=True)
         self._start_controller()
         if self.realtime_priority:
-            self._start_rtwatch()
+            self._provision_realtime()
 
     def _end_controller(self) -> None:
         if self.controller is not None:
