@@ -187,14 +187,15 @@ class Testbed:
         self.ready_at = time.time()
 
     def _provision_realtime(self) -> None:
-        """Real-time scheduling once the network is up: the control plane — controller and host
-        agents — at SCHED_FIFO one below the switches (promoted when ready), and the watchdog
-        that demotes any of them that holds a whole CPU (testbed/rtwatch.py). Both planes run
-        before the hosts' workloads and the machine's other work; the switches' timing comes first. Measured on the demo (advice
-        mode): the controller and agents at normal priority were starved for up to 0.5 s when the
-        switches saturated both cores at the incast's onset (advice late: p99 queue 60, 84 drops);
-        above the switches they delayed them (76% of windows faithful); at the switches' priority
-        p99 3, no drop, 93% faithful; one below, p99 1, no drop, 95% faithful, loop lag <= 19 ms."""
+        """Real-time scheduling once the network is up: the control plane (controller and host
+        agents) at SCHED_FIFO one below the switches (promoted when ready), and the watchdog that
+        demotes any of them that holds a whole CPU (testbed/rtwatch.py). Both planes run before
+        the hosts' workloads and the machine's other work; the switches' timing comes first.
+        Measured on the demo (advice mode): the controller and agents at normal priority were
+        starved for up to 0.5 s when the switches saturated both cores at the incast's onset
+        (advice late: p99 queue 60, 84 drops); above the switches they delayed them (76% of
+        windows faithful); at the switches' priority p99 3, no drop, 93% faithful; one below, p99
+        1, no drop, 95% faithful, loop lag <= 19 ms."""
         self._end_rtwatch()
         watched = {name: (sw.process.proc.pid, self.run_dir / "switches" / f"{name}.log")
                    for name, sw in self.switches.items()
