@@ -390,6 +390,8 @@ class DataPlane:
             "int_clock_epoch_wall": self.pipeline.int_engine.epoch_wall,
             "drops": self.pipeline.drop_counts(),
             "flow_cache_entries": len(self.pipeline.flow_cache),
+            "int_reports": self.pipeline.int_engine.reports,  # INT reports sent to the controller
+            "int_reports_rate_limited": self.pipeline.int_engine.rate_limited,
             "pipeline_failures": dict(self.bad_frame_kinds),
             "fidelity": self.fidelity.summary() if self.fidelity is not None else None,
             "ports": {

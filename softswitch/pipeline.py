@@ -263,11 +263,14 @@ class Pipeline:
             return port, out
         if len(frame) < 34 + l4_len:
             return port, out
-        # A new flow's first data packet (it carries payload and its flow's signature is not in its
-        # slot, then put there: starnet.p4's int_flow_seen), and then one packet in 2^sample_log2,
-        # start INT here.
+        # INT rides on payload: a packet without any (a pure TCP ACK) never starts it — the
+        # reports of ACK flows were half of all reports, telling only what data packets tell.
+        # A new flow's first data packet (its flow's signature is not in its slot, then put there:
+        # starnet.p4's int_flow_seen), and then one data packet in 2^sample_log2, start INT here.
+        if (frame[16] << 8 | frame[17]) <= 20 + l4_len:
+            return port, out
         slot, signature = flow
-        if (frame[16] << 8 | frame[17]) > 20 + l4_len and self.int_flow_seen[slot] != signature:
+        if self.int_flow_seen[slot] != signature:
             self.int_flow_seen[slot] = signature
         elif sample_log2 and self.rng.getrandbits(16) & ((1 << sample_log2) - 1):
             return port, out

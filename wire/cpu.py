@@ -19,6 +19,7 @@ REASON_PROBE = 2
 REPORT_SESSION = 500           # I2E clone session of INT reports, to the CPU port
 REPORT_TRUNCATE_BYTES = 512    # bytes of the frame a report carries (the program's truncate())
 REPORT_INTERVAL_US = 10_000    # at most one routine report per flow slot per 10 ms
+REPORT_CONGESTED_INTERVAL_US = 2_500  # a congested one at once, but not within 2.5 ms of the flow's last
 REPORT_FLOW_SLOTS = 1024
 ROLE_HOST = 1                  # port_role: a host-facing port (INT may start here)
 ROLE_FABRIC = 2

@@ -51,6 +51,7 @@ const bit<32> DROP_REASONS = 9;
 
 const bit<32> REPORT_SESSION = 500;       // clone session to the CPU port, set by the controller
 const bit<48> REPORT_INTERVAL_US = 10000; // at most one routine report per flow slot per 10 ms
+const bit<48> REPORT_CONGESTED_INTERVAL_US = 2500; // congested: at once, not within 2.5 ms of the last
 const bit<32> REPORT_FLOW_SLOTS = 1024;
 // A report carries the first REPORT_TRUNCATE_BYTES of the frame (headers and the INT stack, not
 // the payload). The program truncates it itself (v1model truncate(), which BMv2 supports where its

@@ -198,31 +198,30 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
         if (meta.port_role == ROLE_HOST && !hdr.int_shim.isValid()
                 && (hdr.tcp.isValid() || hdr.udp.isValid())) {
             int_source.apply();
-            if (meta.int_watched == 1) {
-                // A new flow's first data packet, and then one packet in 2^sample_log2, start INT here.
-                bit<16> header_bytes = ((bit<16>)hdr.ipv4.ihl) << 2;
-                if (hdr.tcp.isValid()) {
-                    header_bytes = header_bytes + (((bit<16>)hdr.tcp.data_offset) << 2);
-                } else {
-                    header_bytes = header_bytes + 8;
-                }
-                if (hdr.ipv4.total_len > header_bytes) {
-                    bit<32> slot;
-                    bit<32> signature;
-                    hash(slot, HashAlgorithm.crc32, 32w0,
-                         { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src_port,
-                           meta.l4_dst_port },
-                         REPORT_FLOW_SLOTS);
-                    hash(signature, HashAlgorithm.crc16, 32w1,
-                         { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src_port,
-                           meta.l4_dst_port },
-                         32w65536);
-                    bit<32> seen;
-                    int_flow_seen.read(seen, slot);
-                    if (seen != signature) {
-                        int_flow_seen.write(slot, signature);
-                        meta.int_source = 1;
-                    }
+            bit<16> header_bytes = ((bit<16>)hdr.ipv4.ihl) << 2;
+            if (hdr.tcp.isValid()) {
+                header_bytes = header_bytes + (((bit<16>)hdr.tcp.data_offset) << 2);
+            } else {
+                header_bytes = header_bytes + 8;
+            }
+            // INT rides on payload (a pure TCP ACK never starts it): a new flow's first data
+            // packet, and then one data packet in 2^sample_log2, start INT here.
+            if (meta.int_watched == 1 && hdr.ipv4.total_len > header_bytes) {
+                bit<32> slot;
+                bit<32> signature;
+                hash(slot, HashAlgorithm.crc32, 32w0,
+                     { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src_port,
+                       meta.l4_dst_port },
+                     REPORT_FLOW_SLOTS);
+                hash(signature, HashAlgorithm.crc16, 32w1,
+                     { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src_port,
+                       meta.l4_dst_port },
+                     32w65536);
+                bit<32> seen;
+                int_flow_seen.read(seen, slot);
+                if (seen != signature) {
+                    int_flow_seen.write(slot, signature);
+                    meta.int_source = 1;
                 }
                 bit<16> draw;
                 random(draw, 16w0, 16w0xFFFF);
@@ -237,8 +236,9 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
         meta.orig_egress_port = (bit<16>)standard_metadata.egress_spec;
         if (meta.int_sink == 1 && (hdr.int_shim.isValid() || meta.int_source == 1)) {
             // Report the stack that arrived (none when this switch is source and sink at once:
-            // the clone's egress starts INT on it), at once when a hop flagged congestion, else
-            // at most once per REPORT_INTERVAL_US per flow slot.
+            // the clone's egress starts INT on it), at once when a hop flagged congestion (but
+            // not within REPORT_CONGESTED_INTERVAL_US of the flow slot's last report), else at
+            // most once per REPORT_INTERVAL_US per flow slot.
             bool flagged = hdr.int_shim.isValid() && (hdr.int_md.ds_flags & INT_DS_FLAG_CONGESTED) != 0;
             hash(meta.flow_slot, HashAlgorithm.crc32, 32w0,
                  { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src_port,
@@ -247,8 +247,8 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
             bit<48> last;
             report_last_us.read(last, meta.flow_slot);
             bit<48> now = standard_metadata.ingress_global_timestamp;
-            if (flagged || last == 0
-                    || now - last >= REPORT_INTERVAL_US) {
+            if (last == 0 || now - last >= REPORT_INTERVAL_US
+                    || (flagged && now - last >= REPORT_CONGESTED_INTERVAL_US)) {
                 report_last_us.write(meta.flow_slot, now);
                 meta.cpu_reason = REASON_INT_REPORT;
                 report_int();

@@ -12,7 +12,7 @@ from controller import entities as ent
 from controller.program import switch_program
 from controller.routing import compute_routes
 from softswitch.egress import EgressQueue
-from softswitch.inband import REPORT_INTERVAL_S, IntPending
+from softswitch.inband import REPORT_CONGESTED_INTERVAL_S, REPORT_INTERVAL_S, IntPending
 from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
 from topologies import leafspine
@@ -158,6 +158,19 @@ def test_a_switch_that_is_source_and_sink_sends_the_frame_unchanged_and_reports_
     assert len(fabric.reports) == 2
 
 
+def test_a_pure_ack_never_starts_int_a_data_packet_of_its_flow_does(fabric):
+    """INT rides on payload (starnet.p4 and the soft switch alike): the ACK flows' reports were half
+    of all reports and said nothing the data's did not."""
+    ack = frame_from(fabric, "h1", "h5", TCP(sport=4000, dport=5000, flags="A"), payload=b"")
+    received, _ = fabric.carry(ack, "h1")
+    assert received is not None and Ether(received)[IP].tos == Ether(ack)[IP].tos
+    assert fabric.reports == [] and Ether(received)[IP].len == Ether(ack)[IP].len
+    data = frame_from(fabric, "h1", "h5", TCP(sport=4000, dport=5000, flags="PA"))
+    fabric.carry(data, "h1")
+    (switch, _, _, report), = fabric.reports
+    assert switch == "s4" and len(dissect_int(Ether(report)).hops) == 3
+
+
 def test_reports_are_rate_limited_per_flow(fabric):
     sent = frame_from(fabric, "h1", "h5", UDP(sport=4000, dport=5000))
     for _ in range(20):
@@ -167,6 +180,31 @@ def test_reports_are_rate_limited_per_flow(fabric):
     assert fabric.pipelines["s4"].int_engine.rate_limited == 19
     fabric.now += REPORT_INTERVAL_S
     fabric.carry(sent, "h1")
+    assert len(fabric.reports) == 2
+
+
+def test_congested_reports_go_at_once_but_not_within_their_gap(fabric):
+    """A hop at its ECN threshold: reported at once even inside the routine interval, yet at most
+    once per REPORT_CONGESTED_INTERVAL_S per flow (a full queue under a fast flow flags every packet)."""
+    sent = frame_from(fabric, "h1", "h2", UDP(sport=7, dport=8))
+    engine = fabric.pipelines["s3"].int_engine
+    threshold = engine.config.ecn_thresholds[2]
+
+    def congested_departure() -> None:
+        item = fabric.pipelines["s3"].ingress(sent, 1, fabric.now)[1]
+        item.qdepth = threshold
+        engine.egress(item, 2, 0, fabric.now)
+
+    congested_departure()
+    first = fabric.now
+    assert len(fabric.reports) == 1
+    for _ in range(4):  # four more inside the gap: rate-limited
+        fabric.now += REPORT_CONGESTED_INTERVAL_S / 5
+        congested_departure()
+    assert len(fabric.reports) == 1 and engine.rate_limited == 4
+    fabric.now = first + REPORT_CONGESTED_INTERVAL_S * 1.001  # the gap has passed, the routine interval not
+    assert fabric.now - first < REPORT_INTERVAL_S
+    congested_departure()
     assert len(fabric.reports) == 2
 
 
