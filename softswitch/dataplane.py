@@ -392,6 +392,7 @@ class DataPlane:
             "flow_cache_entries": len(self.pipeline.flow_cache),
             "int_reports": self.pipeline.int_engine.reports,  # INT reports sent to the controller
             "int_reports_rate_limited": self.pipeline.int_engine.rate_limited,
+            "int_reports_lost": self.pipeline.int_engine.reports_lost,  # no controller took them
             "pipeline_failures": dict(self.bad_frame_kinds),
             "fidelity": self.fidelity.summary() if self.fidelity is not None else None,
             "ports": {

@@ -101,6 +101,7 @@ class IntEngine:
         self.epoch_wall = time.time() - (time.monotonic() - self.epoch)  # wall time of clock_us 0
         self.reports = 0
         self.rate_limited = 0
+        self.reports_lost = 0  # reports no controller took (none connected, its stream full)
 
     def clock_us(self, t: float) -> int:
         """The switch-local clock in µs, starting at 0 like BMv2's."""

@@ -210,9 +210,15 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
     def GetForwardingPipelineConfig(self, request: p4r.GetForwardingPipelineConfigRequest,
                                     context: grpc.ServicerContext) -> p4r.GetForwardingPipelineConfigResponse:
         self._check_device(request.device_id, context)
+        saved = self.device.saved
+        if self.device.state is None and saved is None:
+            # P4Runtime spec, GetForwardingPipelineConfig: nothing set yet, so no config (not an
+            # empty P4Info and a cookie, which clients such as finsy take for a different program).
+            return p4r.GetForwardingPipelineConfigResponse()
         config = p4r.ForwardingPipelineConfig()
         kind = request.response_type
-        full = self.device.config
+        # The config in force; before the first commit, one VERIFY_AND_SAVE saved (Read and Write use it)
+        full = self.device.config if self.device.state is not None or saved is None else saved[2]
         if kind in (p4r.GetForwardingPipelineConfigRequest.ALL,
                     p4r.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE):
             config.p4info.CopyFrom(full.p4info)
@@ -239,8 +245,6 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 errors.append(p4r.Error(canonical_code=exc.code.value[0], message=exc.message))
         if failed:
             log.info("write: %d of %d updates failed, first: %s", len(failed), len(request.updates), failed[0])
-            if len(request.updates) == 1:
-                _abort_with_details(context, failed[0].code, failed[0].message, errors)
             _abort_with_details(context, grpc.StatusCode.UNKNOWN,
                                 f"{len(failed)} of {len(request.updates)} updates failed; first: {failed[0]}",
                                 errors)

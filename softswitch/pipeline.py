@@ -110,7 +110,7 @@ class Pipeline:
         self.packet_in: Callable[[bytes, int, int], bool | None] | None = None
         self._generation = 0
         self.int_engine = IntEngine()
-        self.int_engine.to_cpu = self.to_cpu
+        self.int_engine.to_cpu = self.clone_to_cpu
         # starnet.p4's register int_flow_seen: per flow slot, the signature of the last watched
         # flow that carried payload through this source (0: none).
         self.int_flow_seen = [0] * REPORT_FLOW_SLOTS
@@ -342,6 +342,14 @@ class Pipeline:
         stream full) is counted as dropped `no_controller`, never lost from the accounting."""
         if self.packet_in is None or self.packet_in(bytes(frame), in_port, reason) is False:
             self.count_drop("no_controller", in_port, len(frame))
+
+    def clone_to_cpu(self, frame: bytes | bytearray, in_port: int, reason: int) -> None:
+        """A clone to the controller (an INT report): not a frame the switch received, so one no
+        controller takes is counted apart (int_engine.reports_lost), never as a drop of a received
+        frame — rx = tx + punted + drops balances to the frame (BMv2's PI discards such a clone
+        uncounted)."""
+        if self.packet_in is None or self.packet_in(bytes(frame), in_port, reason) is False:
+            self.int_engine.reports_lost += 1
 
     # ---- the table walk (cache miss) ---------------------------------------------------------
     def walk_tables(self, in_port: int, proto: int, addrs: bytes, l4_ports: bytes,

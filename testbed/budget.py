@@ -1,19 +1,20 @@
 """The CPU an experiment will need at its link rates, against what the machine has — said before it starts.
 
 Model (calibrated from cpu.csv on this machine, 2026-12-05, README "Fidelity capacity"): a soft
-switch spends IDLE_SWITCH_CORES with no traffic and ~45-80 µs of CPU per frame it forwards, less
-the busier it is (the 8-rank ring: 0.9-1.2 cores at 10 Mbit/s, 1.23-1.29 at 20 for ~20k frames/s
-over the four switches); the pipeline itself is ~1.5 µs a frame — the rest is wake-ups, system
-calls, GIL hand-offs and the receiver's kernel work that a veth send carries. Flows send
-ACK_FRAMES_PER_DATA ACKs per data frame (measured there: 0.19); at the link rate, where this model
-puts every flow, that is HOP_CPU_US per modelled frame-hop. Every host adds HOST_CORES (its agent
-and its ranks) and the controller CONTROLLER_CORES. The load: each sending host at its NIC's rate
+switch spends IDLE_SWITCH_CORES with no traffic and ~30-60 µs of CPU per frame it forwards, less
+the busier it is (the 8-rank ring over the four switches: 0.8-0.9 cores for ~13k frames/s at
+10 Mbit/s, 1.0-1.1 for ~21k at 20, 1.2 for ~31k at 40); the pipeline itself is ~1.5 µs a frame —
+the rest is wake-ups, system calls, GIL hand-offs and the receiver's kernel work that a veth send
+carries. Flows send ACK_FRAMES_PER_DATA ACKs per data frame (measured there: 0.19); at the link
+rate, where this model puts every flow, that is HOP_CPU_US per modelled frame-hop. Every host adds
+HOST_CORES (its agent and its ranks) and the controller CONTROLLER_CORES (0.19-0.28 measured, most
+of it INT reports). The load: each sending host at its NIC's rate
 (split between its destinations, and no destination receiving more than its own NIC's rate), each
 frame forwarded by every switch on its path. The budget is the machine's cores (BUDGET_SHARE of
 them): the switches run at real-time priority and the rest of the testbed takes what they leave
-before the machine's other work does; the ring at 20 Mbit/s used 1.83-1.93 of 2 cores and held
-95-99% of its windows. Over budget, the switches still get theirs first: at 40 and 80 Mbit/s the
-ring held 87-96% of its windows but its hosts, starved, reached only 45-68% of the link.
+before the machine's other work does. Over budget, the switches still get theirs first: at 40 and
+80 Mbit/s the ring held 95-100% of its windows but its hosts, starved, reached only 73-75% and
+52-55% of the link.
 
 A full-load estimate for `make run` assumes every host sends to every other host (paths of the
 fabric's mean length); a scenario or bench passes its own flows.
@@ -28,12 +29,12 @@ from dataclasses import dataclass
 
 from topologies.spec import Topology
 
-HOP_CPU_US = 50.0
+HOP_CPU_US = 40.0
 IDLE_SWITCH_CORES = 0.03  # a soft switch with no traffic: link polls, probes, P4Runtime
 ACK_FRAMES_PER_DATA = 0.2
 FRAME_BYTES = 1514
 HOST_CORES = 0.04
-CONTROLLER_CORES = 0.3
+CONTROLLER_CORES = 0.25
 BUDGET_SHARE = 1.0
 
 
@@ -83,7 +84,7 @@ class Budget:
                 f"controller, agents and workloads {self.other_cores:.1f}")
         if self.over:
             text += (f"; OVER the {self.available:.1f} cores here: the switches (real-time) take theirs first, so "
-                     f"expect the hosts to fall behind (busbw below the link) and late windows; "
+                     f"expect the hosts to fall behind (busbw below the link), perhaps late windows; "
                      f"--link-mbps {self.fits_mbps:g} fits")
         return text
 

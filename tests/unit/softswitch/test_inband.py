@@ -208,6 +208,18 @@ def test_congested_reports_go_at_once_but_not_within_their_gap(fabric):
     assert len(fabric.reports) == 2
 
 
+def test_a_report_no_controller_takes_is_not_a_drop_of_a_received_frame(fabric):
+    """The report is a clone: lost, it is counted apart (int_reports_lost), while the frame it was
+    cloned from is delivered — so rx = tx + punted + drops still balances to the frame."""
+    sink = fabric.pipelines["s4"]
+    sink.packet_in = lambda frame, port, reason: False  # attached, but no primary client
+    sent = frame_from(fabric, "h1", "h5", UDP(sport=4000, dport=5000))
+    received, _ = fabric.carry(sent, "h1")
+    assert received is not None and bytes(Ether(received)[IP].payload) == bytes(Ether(sent)[IP].payload)
+    assert sink.int_engine.reports == 1 and sink.int_engine.reports_lost == 1
+    assert sum(sink.drop_counts().values()) == 0, sink.drop_counts()
+
+
 def test_full_hop_budget_sets_e_and_pushes_nothing(fabric):
     a, b = fabric.plan.hosts["h1"], fabric.plan.hosts["h5"]
     stack = IntStack(orig_dscp=0, remaining_hop_cnt=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -16,7 +17,7 @@ from softswitch.p4rt_server import DEFAULT_MAX_STREAMS, Device, P4RuntimeService
 from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
 from tests.checks import wait_until
-from wire.p4info import P4Schema
+from wire.p4info import DEFAULT_P4INFO, P4Schema
 from wire.proto import p4r, p4r_grpc
 
 DEVICE_ID = 7
@@ -105,6 +106,15 @@ def write(stub, updates, election_low=10):
     return stub.Write(request)
 
 
+def update_failed(exc: grpc.RpcError) -> grpc.StatusCode:
+    """The code of a one-update Write's update: the call is UNKNOWN and the update's own code is in
+    its one p4.v1.Error (P4Runtime spec, "Write RPC" error reporting; p4runtime-shell raises its
+    P4RuntimeWriteException only so)."""
+    assert exc.code() == grpc.StatusCode.UNKNOWN, (exc.code(), exc.details())
+    (error,) = update_errors(exc)
+    return next(code for code in grpc.StatusCode if code.value[0] == error.canonical_code)
+
+
 def lpm_entry(schema, ip="10.0.3.1", plen=32, member_id=1):
     return ent.table_entry(schema, "StarIngress.ipv4_lpm", {"hdr.ipv4.dst_addr": (ip, plen)}, member_id=member_id)
 
@@ -146,9 +156,8 @@ def test_unknown_table_id_is_not_found(primary, schema):
     entry.table_id = 12345
     with pytest.raises(grpc.RpcError) as info:
         write(stub, [ent.insert(entry)])
-    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert update_failed(info.value) == grpc.StatusCode.NOT_FOUND
     assert "unknown table id 12345" in info.value.details()
-    assert update_errors(info.value)[0].canonical_code == grpc.StatusCode.NOT_FOUND.value[0]
 
 
 def test_unknown_action_id_is_invalid_argument(primary, schema):
@@ -157,7 +166,7 @@ def test_unknown_action_id_is_invalid_argument(primary, schema):
     member.action.action_id = 999
     with pytest.raises(grpc.RpcError) as info:
         write(stub, [ent.insert(member)])
-    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert update_failed(info.value) == grpc.StatusCode.INVALID_ARGUMENT
     assert "unknown action id 999" in info.value.details()
 
 
@@ -167,7 +176,7 @@ def test_action_not_in_table_is_invalid_argument(primary, schema):
                             action_call=ent.action(schema, "StarIngress.set_port_role", role=1))
     with pytest.raises(grpc.RpcError) as info:
         write(stub, [ent.insert(entry)])
-    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert update_failed(info.value) == grpc.StatusCode.INVALID_ARGUMENT
     assert "not an action of this table" in info.value.details()
 
 
@@ -176,7 +185,7 @@ def test_duplicate_insert_is_already_exists(primary, schema):
     write(stub, [ent.insert(nhop_member(schema)), ent.insert(lpm_entry(schema))])
     with pytest.raises(grpc.RpcError) as info:
         write(stub, [ent.insert(lpm_entry(schema))])
-    assert info.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert update_failed(info.value) == grpc.StatusCode.ALREADY_EXISTS
 
 
 def test_batch_reports_each_update(primary, schema):
@@ -194,7 +203,7 @@ def test_bad_lpm_value_is_invalid_argument(primary, schema):
     write(stub, [ent.insert(nhop_member(schema))])
     with pytest.raises(grpc.RpcError) as info:
         write(stub, [ent.insert(lpm_entry(schema, "10.0.3.1", 24))])
-    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert update_failed(info.value) == grpc.StatusCode.INVALID_ARGUMENT
     assert "beyond prefix_len" in info.value.details()
 
 
@@ -202,7 +211,7 @@ def test_missing_member_is_not_found(primary, schema):
     stub, _ = primary
     with pytest.raises(grpc.RpcError) as info:
         write(stub, [ent.insert(lpm_entry(schema, member_id=42))])
-    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert update_failed(info.value) == grpc.StatusCode.NOT_FOUND
 
 
 def test_non_primary_write_is_permission_denied(switch, schema):
@@ -350,13 +359,13 @@ def test_spec_bytestrings_a_value_beyond_its_bitwidth_is_out_of_range(primary, s
     member.action.params[0].value = (512).to_bytes(2, "big")  # port is bit<9>
     with pytest.raises(grpc.RpcError) as info:
         write(stub, [ent.insert(member)])
-    assert info.value.code() == grpc.StatusCode.OUT_OF_RANGE, info.value.details()
+    assert update_failed(info.value) == grpc.StatusCode.OUT_OF_RANGE
     entry = ent.table_entry(schema, "StarIngress.port_role", {"standard_metadata.ingress_port": 1},
                             action_call=ent.action(schema, "StarIngress.set_port_role", role=1))
     entry.action.action.params[0].value = (0x100).to_bytes(2, "big")  # role is bit<8>
     with pytest.raises(grpc.RpcError) as info:
         write(stub, [ent.insert(entry)])
-    assert info.value.code() == grpc.StatusCode.OUT_OF_RANGE, info.value.details()
+    assert update_failed(info.value) == grpc.StatusCode.OUT_OF_RANGE
 
 
 def test_spec_counterentry_an_index_beyond_the_counter_is_out_of_range(primary, schema):
@@ -378,7 +387,7 @@ def test_spec_group_programming_a_group_listing_a_member_twice_is_invalid(primar
     write(stub, [ent.insert(nhop_member(schema))])
     with pytest.raises(grpc.RpcError) as info:
         write(stub, [ent.insert(ent.group(schema, "StarIngress.ecmp_selector", 1, [(1, 1), (1, 1)]))])
-    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    assert update_failed(info.value) == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_spec_member_programming_a_profile_takes_no_more_members_than_its_size(primary, schema):
@@ -388,7 +397,7 @@ def test_spec_member_programming_a_profile_takes_no_more_members_than_its_size(p
     write(stub, [ent.insert(nhop_member(schema, member_id=i + 1)) for i in range(size)])
     with pytest.raises(grpc.RpcError) as info:
         write(stub, [ent.insert(nhop_member(schema, member_id=size + 1))])
-    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, info.value.details()
+    assert update_failed(info.value) == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_spec_arbitration_rules_unknown_device_and_taken_election_id_end_the_stream(switch):
@@ -474,6 +483,53 @@ def test_spec_setforwardingpipelineconfig_verify_and_save_keeps_forwarding_until
     assert pipeline.state is not running
     assert [e.proto.match[0].lpm.prefix_len for e in pipeline.state.table_by_name("StarIngress.ipv4_lpm")
             .entries.values()] == [24]
+
+
+def test_spec_getforwardingpipelineconfig_before_any_pipeline_leaves_config_unset(switch, schema):
+    """Every response type: OK and no `config` field until a pipeline is set (finsy then pushes its
+    own instead of taking an empty P4Info for a different program); a saved one is returned."""
+    stub, open_stream, *_ = switch
+    open_stream(10)
+    kinds = p4r.GetForwardingPipelineConfigRequest
+    for kind in (kinds.ALL, kinds.COOKIE_ONLY, kinds.P4INFO_AND_COOKIE, kinds.DEVICE_CONFIG_AND_COOKIE):
+        got = stub.GetForwardingPipelineConfig(kinds(device_id=DEVICE_ID, response_type=kind))
+        assert not got.HasField("config"), kind
+    set_pipeline(stub, schema, p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_SAVE, cookie=7)
+    got = stub.GetForwardingPipelineConfig(kinds(device_id=DEVICE_ID, response_type=kinds.ALL))
+    assert got.config.cookie.cookie == 7 and got.config.p4info == schema.p4info
+
+
+def test_finsy_drives_a_fresh_soft_switch_without_a_warning(switch, caplog):
+    """finsy 0.30.0, a third-party P4Runtime client, on a switch with no pipeline: it pushes its
+    own, writes, reads back, and a failing one-update Write reaches it as the spec's UNKNOWN with
+    the update's code (what its non-strict writes rely on) — and it logs no warning on the way
+    but that the switch serves no gNMI."""
+    import finsy as fy  # noqa: PLC0415 - the client under test, only here
+
+    service = switch[4]
+
+    def entry() -> fy.P4TableEntry:
+        return fy.P4TableEntry("StarIngress.port_role", match=fy.P4TableMatch({"standard_metadata.ingress_port": 1}),
+                               action=fy.P4TableAction("StarIngress.set_port_role", role=2))
+
+    async def drive() -> tuple[list, fy.P4ClientError]:
+        # The soft switch runs starnet.p4 from its P4Info and takes no device config: an empty one
+        options = fy.SwitchOptions(p4info=DEFAULT_P4INFO, p4blob=b"", device_id=DEVICE_ID)
+        async with fy.Switch("sw", service.address, options) as sw:
+            await sw.write([+entry()])
+            read = [e async for e in sw.read(fy.P4TableEntry("StarIngress.port_role"))]
+            with pytest.raises(fy.P4ClientError) as info:
+                await sw.write([+entry()])
+            return read, info.value
+
+    with caplog.at_level(logging.WARNING, logger="finsy"):
+        read, failure = asyncio.run(drive())
+    assert [(list(e.match.values()), e.action.args) for e in read] == [([1], {"role": 2})], read
+    assert failure.code == fy.GRPCStatusCode.UNKNOWN
+    assert [e.canonical_code for e in failure.details.values()] == [fy.GRPCStatusCode.ALREADY_EXISTS]
+    # gNMI is a service of its own the soft switch does not serve (its ports are in P4 counters)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [w for w in warnings if "gNMI is not implemented" not in w] == []
 
 
 def test_spec_setforwardingpipelineconfig_commit_without_a_saved_config_is_not_found(primary, schema):
