@@ -15,7 +15,7 @@ from google.protobuf import text_format
 from google.protobuf.message import Message
 
 from wire.p4info import P4Schema, decode_value, encode_value
-from wire.proto import p4r, p4r_grpc, rpc_code, rpc_status
+from wire.proto import CLIENT_CHANNEL_OPTIONS, p4r, p4r_grpc, rpc_code, rpc_status
 
 if TYPE_CHECKING:
     from finsy.proto.p4.v1.p4runtime_pb2_grpc import P4RuntimeAsyncStub
@@ -96,7 +96,7 @@ class SwitchSession:
 
     async def connect(self, timeout_s: float = 10.0) -> None:
         """Open the channel and the stream, and become primary; SwitchError if that fails in time."""
-        self._channel = grpc.aio.insecure_channel(self.address)
+        self._channel = grpc.aio.insecure_channel(self.address, options=CLIENT_CHANNEL_OPTIONS)
         self._stub = p4r_grpc.P4RuntimeStub(self._channel)  # typed as the async stub on an aio channel
         try:
             await asyncio.wait_for(self._channel.channel_ready(), timeout_s)

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 
 from softswitch.dataplane import DataPlane, PortSpec
-from softswitch.p4rt_server import DEFAULT_MAX_STREAMS, Device, P4RuntimeService, serve
+from softswitch.p4rt_server import DEFAULT_MAX_STREAMS, DETAILS_BUDGET_BYTES, Device, P4RuntimeService, serve
 from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
 from wire.cpu import CPU_PORT
@@ -75,6 +75,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-fidelity", action="store_true", help="do not measure lateness")
     parser.add_argument("--max-streams", type=int, default=DEFAULT_MAX_STREAMS,
                         help="P4Runtime StreamChannels served at once; more get RESOURCE_EXHAUSTED")
+    parser.add_argument("--error-details-bytes", type=int, default=DETAILS_BUDGET_BYTES,
+                        help="a failed Write's or Read's per-update details are cut to this size, so a client "
+                             "with gRPC's default 8 KiB trailer limit reads them (0: every one, for clients "
+                             "that raise grpc.max_metadata_size; default %(default)s)")
     return parser.parse_args(argv)
 
 
@@ -122,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.p4info:
         device.schema, device.state = schema, pipeline.state
         device.config.p4info.CopyFrom(schema.p4info)
-    service = P4RuntimeService(device, args.max_streams)
+    service = P4RuntimeService(device, args.max_streams, args.error_details_bytes)
     pipeline.packet_in = service.send_packet_in
     try:
         server, _ = serve(service, args.grpc_server_addr)

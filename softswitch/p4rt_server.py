@@ -35,20 +35,24 @@ class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_me
 
 
 # Binary trailing metadata travels base64-encoded, and gRPC clients refuse trailers beyond 8 KiB
-# (soft) / 16 KiB (hard) by default: the per-update details are cut to fit well below that.
+# (soft) / 16 KiB (hard) by default: the per-update details are cut to fit well below that, unless
+# the switch runs with --error-details-bytes 0 (all of them) for clients that raise their
+# grpc.max_metadata_size, as this project's controller and tools do (wire.proto.CLIENT_CHANNEL_OPTIONS).
+# BMv2's PI sends every error (up to the last failed update) whatever the size: a default client
+# then gets a bare RESOURCE_EXHAUSTED for a large failed batch instead of any detail.
 DETAILS_BUDGET_BYTES = 4096
 
 
 def _abort_with_details(context: grpc.ServicerContext, code: grpc.StatusCode, message: str,
-                        errors: list[p4r.Error]) -> None:
+                        errors: list[p4r.Error], budget_bytes: int = DETAILS_BUDGET_BYTES) -> None:
     """P4Runtime spec, "Write RPC": one p4.v1.Error per update, in order, in the google.rpc.Status
-    details. A batch whose details would not fit DETAILS_BUDGET_BYTES gets those of its first
-    updates only, and the message says how many were left out: the spec's "gRPC Metadata Maximum
-    Size" notes that beyond 8 KB a default client receives a bare RESOURCE_EXHAUSTED instead."""
+    details. A batch whose details would not fit `budget_bytes` (0: no limit) gets those of its
+    first updates only, and the message says how many were left out: the spec's "gRPC Metadata
+    Maximum Size" notes that beyond 8 KB a default client receives a bare RESOURCE_EXHAUSTED instead."""
     status = rpc_status.Status(code=code.value[0], message=message)
     for i, error in enumerate(errors):
         status.details.add().Pack(error)
-        if status.ByteSize() > DETAILS_BUDGET_BYTES:
+        if budget_bytes and status.ByteSize() > budget_bytes:
             del status.details[-1]
             failed_after = sum(1 for e in errors[i:] if e.canonical_code != rpc_code.OK)
             status.message = (f"{message} (details for the first {i} of {len(errors)} updates; "
@@ -117,10 +121,15 @@ REFUSAL_WORKERS = 8  # headroom so a stream beyond the limit reaches its refusal
 
 
 class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
-    def __init__(self, device: Device, max_streams: int = DEFAULT_MAX_STREAMS) -> None:
+    def __init__(self, device: Device, max_streams: int = DEFAULT_MAX_STREAMS,
+                 error_details_bytes: int = DETAILS_BUDGET_BYTES) -> None:
+        """error_details_bytes: the size failed updates' details are cut to (0: every one)."""
         if max_streams < 1:
             raise ValueError(f"max_streams must be >= 1, got {max_streams}")
+        if error_details_bytes < 0:
+            raise ValueError(f"error_details_bytes must be >= 0, got {error_details_bytes}")
         self.max_streams = max_streams
+        self.error_details_bytes = error_details_bytes
         self.device = device
         self.lock = threading.Lock()
         self.clients: list[_Client] = []
@@ -247,7 +256,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             log.info("write: %d of %d updates failed, first: %s", len(failed), len(request.updates), failed[0])
             _abort_with_details(context, grpc.StatusCode.UNKNOWN,
                                 f"{len(failed)} of {len(request.updates)} updates failed; first: {failed[0]}",
-                                errors)
+                                errors, self.error_details_bytes)
         return p4r.WriteResponse()
 
     def Read(self, request: p4r.ReadRequest, context: grpc.ServicerContext) -> Iterator[p4r.ReadResponse]:
@@ -278,7 +287,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             yield p4r.ReadResponse(entities=response.entities[start:start + READ_CHUNK])
         if failed:
             _abort_with_details(context, grpc.StatusCode.UNKNOWN,
-                                f"{len(failed)} of {len(request.entities)} reads failed; first: {failed[0]}", errors)
+                                f"{len(failed)} of {len(request.entities)} reads failed; first: {failed[0]}", errors,
+                                self.error_details_bytes)
 
     # ---- the stream ----------------------------------------------------------------------------
     def StreamChannel(self, request_iterator: Iterator[p4r.StreamMessageRequest],

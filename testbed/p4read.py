@@ -6,7 +6,7 @@ import grpc
 
 from wire.drops import DROP_COUNTER, by_reason
 from wire.p4info import P4Schema
-from wire.proto import p4r, p4r_grpc
+from wire.proto import CLIENT_CHANNEL_OPTIONS, p4r, p4r_grpc
 
 READ_TIMEOUT_S = 3.0
 
@@ -14,7 +14,7 @@ READ_TIMEOUT_S = 3.0
 def read(address: str, device_id: int, entity: p4r.Entity, timeout_s: float = READ_TIMEOUT_S) -> list[p4r.Entity]:
     """Every entity matching `entity` (a wildcard where fields are unset); grpc.RpcError on failure."""
     request = p4r.ReadRequest(device_id=device_id, entities=[entity])
-    with grpc.insecure_channel(address) as channel:
+    with grpc.insecure_channel(address, options=CLIENT_CHANNEL_OPTIONS) as channel:
         stub = p4r_grpc.P4RuntimeStub(channel)
         return [e for response in stub.Read(request, timeout=timeout_s) for e in response.entities]
 

@@ -12,4 +12,9 @@ protobuf release we pin (the `p4runtime` wheel's code does not load under curren
 
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 
-__all__ = ["p4i", "p4r", "p4r_grpc", "rpc_code", "rpc_status"]
+__all__ = ["CLIENT_CHANNEL_OPTIONS", "p4i", "p4r", "p4r_grpc", "rpc_code", "rpc_status"]
+
+# A P4Runtime client's channel options: trailers up to 64 MiB, so a switch run with
+# --error-details-bytes 0 can hand over one p4.v1.Error per update of any batch (gRPC's default,
+# 8 KiB, holds ~200; beyond it a client gets a bare RESOURCE_EXHAUSTED).
+CLIENT_CHANNEL_OPTIONS = (("grpc.max_metadata_size", 64 << 20),)

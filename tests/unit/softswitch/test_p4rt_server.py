@@ -18,7 +18,7 @@ from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
 from tests.checks import wait_until
 from wire.p4info import DEFAULT_P4INFO, P4Schema
-from wire.proto import p4r, p4r_grpc
+from wire.proto import CLIENT_CHANNEL_OPTIONS, p4r, p4r_grpc
 
 DEVICE_ID = 7
 CAPABILITIES_MEDIAN_S = 0.1
@@ -350,6 +350,38 @@ def test_spec_grpc_metadata_maximum_size_a_big_failed_batch_is_readable(primary,
     assert codes == [0 if i % 2 == 0 else grpc.StatusCode.NOT_FOUND.value[0] for i in range(len(codes))]
     left_out = 5000 - codes.count(grpc.StatusCode.NOT_FOUND.value[0])
     assert f"details for the first {len(codes)} of 10000 updates; {left_out} more failed" in info.value.details()
+
+
+def test_a_switch_run_with_every_error_detail_hands_a_client_that_reads_them_one_per_update(schema):
+    """--error-details-bytes 0: all 10,000 details, in order, to a client with
+    CLIENT_CHANNEL_OPTIONS (the controller's); a default client gets gRPC's bare RESOURCE_EXHAUSTED,
+    which is why it is not the default."""
+    pipeline = Pipeline(RuntimeState(schema))
+    device = Device(DEVICE_ID, 255, lambda s, state: pipeline.bind(state), lambda port, data: None)
+    server, port = serve(P4RuntimeService(device, error_details_bytes=0), "127.0.0.1:0")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=CLIENT_CHANNEL_OPTIONS) as channel:
+            stub = p4r_grpc.P4RuntimeStub(channel)
+            stream = Stream(stub)
+            try:
+                assert stream.arbitrate(10).arbitration.status.code == 0
+                push_pipeline(stub, schema)
+                write(stub, [ent.insert(nhop_member(schema)), ent.insert(lpm_entry(schema))])
+                bad = lpm_entry(schema, "10.0.3.9")
+                bad.table_id = 12345
+                updates = [ent.modify(lpm_entry(schema)) if i % 2 == 0 else ent.insert(bad) for i in range(10_000)]
+                with pytest.raises(grpc.RpcError) as info:
+                    write(stub, updates)
+                codes = [e.canonical_code for e in update_errors(info.value)]
+                assert codes == [0 if i % 2 == 0 else grpc.StatusCode.NOT_FOUND.value[0] for i in range(10_000)]
+                with grpc.insecure_channel(f"127.0.0.1:{port}") as default_channel:
+                    with pytest.raises(grpc.RpcError) as info:
+                        write(p4r_grpc.P4RuntimeStub(default_channel), updates)
+                    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            finally:
+                stream.close()
+    finally:
+        server.stop(0)
 
 
 def test_spec_bytestrings_a_value_beyond_its_bitwidth_is_out_of_range(primary, schema):
