@@ -331,16 +331,22 @@ def test_spec_stream_limit_streams_beyond_it_are_refused_and_unary_calls_never_w
         fresh.close()
 
 
+def half_failing_batch(stub, schema) -> list[p4r.Update]:
+    """10,000 updates whose odd ones fail (NOT_FOUND: no such table), after writing what the even
+    ones modify."""
+    write(stub, [ent.insert(nhop_member(schema)), ent.insert(lpm_entry(schema))])
+    bad = lpm_entry(schema, "10.0.3.9")
+    bad.table_id = 12345
+    return [ent.modify(lpm_entry(schema)) if i % 2 == 0 else ent.insert(bad) for i in range(10_000)]
+
+
 def test_spec_grpc_metadata_maximum_size_a_big_failed_batch_is_readable(primary, schema):
     """P4Runtime spec, "gRPC Metadata Maximum Size" (and "Write RPC"): one p4.Error per update would
     be ~350 KB of trailers for 10,000 updates, far beyond gRPC's 8 KiB default, and the client would
     get a bare RESOURCE_EXHAUSTED. The details are cut to the first updates, in order, and the
     message counts the failures left out: every client can read them."""
     stub, _ = primary
-    write(stub, [ent.insert(nhop_member(schema)), ent.insert(lpm_entry(schema))])
-    bad = lpm_entry(schema, "10.0.3.9")
-    bad.table_id = 12345
-    updates = [ent.modify(lpm_entry(schema)) if i % 2 == 0 else ent.insert(bad) for i in range(10_000)]
+    updates = half_failing_batch(stub, schema)
     with pytest.raises(grpc.RpcError) as info:
         write(stub, updates)
     assert info.value.code() == grpc.StatusCode.UNKNOWN, info.value.details()
@@ -366,10 +372,7 @@ def test_a_switch_run_with_every_error_detail_hands_a_client_that_reads_them_one
             try:
                 assert stream.arbitrate(10).arbitration.status.code == 0
                 push_pipeline(stub, schema)
-                write(stub, [ent.insert(nhop_member(schema)), ent.insert(lpm_entry(schema))])
-                bad = lpm_entry(schema, "10.0.3.9")
-                bad.table_id = 12345
-                updates = [ent.modify(lpm_entry(schema)) if i % 2 == 0 else ent.insert(bad) for i in range(10_000)]
+                updates = half_failing_batch(stub, schema)
                 with pytest.raises(grpc.RpcError) as info:
                     write(stub, updates)
                 codes = [e.canonical_code for e in update_errors(info.value)]
