@@ -1,6 +1,7 @@
 """Port I/O and the forwarding loop of one soft switch process.
 
-One AF_PACKET socket per port, all polled by a single thread; each wake-up drains a batch per
+One AF_PACKET socket per port, all polled by a single thread (and one more per port that takes only
+802.1Q-tagged frames, see open_port_socket); each wake-up drains a batch per
 readable port, runs ingress, and queues the result on the egress port's token bucket
 (DESIGN.md: one process per switch, poll, drain a batch per wake-up). Packet-outs from the
 P4Runtime thread arrive through a queue and a wake-up pipe.
@@ -13,6 +14,7 @@ file; the forwarding thread picks changed faults up at its next link poll.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -40,10 +42,16 @@ SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23  # linux/if_packet.h: do not read back our own transmissions
 PACKET_QDISC_BYPASS = 20  # linux/if_packet.h: hand frames straight to the driver (the queue is ours)
 BAD_FRAME_LOGS = 5  # tracebacks logged per kind of pipeline failure; the rest are only counted
+VLAN_TAG_BYTES = 4
 SO_TIMESTAMPNS = 35  # asm-generic/socket.h: received frames carry the kernel's arrival time (CLOCK_REALTIME)
 TIMESPEC = struct.Struct("@qq")
 ANCILLARY_BYTES = 64
 RX_BATCH = 64
+SO_ATTACH_FILTER = 26  # asm-generic/socket.h
+# Classic BPF (linux/filter.h): load the ancillary "VLAN tag present", return keep-all or nothing
+_BPF_LD_ANCILLARY, _BPF_JEQ, _BPF_RET = 0x20, 0x15, 0x06
+SKF_AD_VLAN_TAG_PRESENT = (-0x1000 + 48) & 0xFFFFFFFF  # SKF_AD_OFF + SKF_AD_VLAN_TAG_PRESENT
+_BPF_INSN = struct.Struct("HBBI")
 LINK_POLL_S = 0.05
 STATS_PERIOD_S = 0.5
 
@@ -63,15 +71,41 @@ QUEUE_FULL = DROP_INDEX["queue_full"]
 SEND_ERROR = DROP_INDEX["send_error"]
 
 
-def open_port_socket(iface: str, timestamps: bool = True) -> socket.socket:
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+def vlan_filter(tagged: bool) -> bytes:
+    """A classic BPF program (sock_fprog's array) that keeps only frames that did (tagged) or did
+    not arrive with an 802.1Q tag."""
+    keep_tagged, keep_untagged = (0x40000, 0) if tagged else (0, 0x40000)
+    return b"".join(_BPF_INSN.pack(*insn) for insn in (
+        (_BPF_LD_ANCILLARY, 0, 0, SKF_AD_VLAN_TAG_PRESENT),
+        (_BPF_JEQ, 0, 1, 1),
+        (_BPF_RET, 0, 0, keep_tagged),
+        (_BPF_RET, 0, 0, keep_untagged),
+    ))
+
+
+def attach_filter(sock: socket.socket, program: bytes) -> None:
+    """SO_ATTACH_FILTER with a classic BPF program (the kernel copies it)."""
+    code = ctypes.create_string_buffer(program)
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER,
+                    struct.pack("HL", len(program) // _BPF_INSN.size, ctypes.addressof(code)))
+
+
+def open_port_socket(iface: str, timestamps: bool = True, tagged: bool = False) -> socket.socket:
+    """The port's packet socket. The kernel takes an 802.1Q tag off a received frame before any
+    packet socket sees it (the veth's receive VLAN offload, or the stack's own untagging), so a
+    socket reading the data would forward the frame untagged; BMv2, through libpcap, sees the tag
+    and starnet.p4, which parses no VLAN, drops the frame as non_ipv4. So a BPF filter on the port's
+    socket keeps tagged frames out, and a second socket (tagged=True) takes only them, to be
+    counted and dropped as BMv2 does."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # no frames until bound, filter first
+    attach_filter(sock, vlan_filter(tagged))
     sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
     sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
     if timestamps:  # the fidelity monitor's ingress lateness
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    sock.bind((iface, 0))
+    sock.bind((iface, ETH_P_ALL))  # CPython puts the protocol in network order itself
     sock.setblocking(False)
     return sock
 
@@ -109,10 +143,12 @@ class DataPlane:
         os.set_blocking(self._wake_w, False)
         now = time.monotonic()
         self.sockets: dict[int, socket.socket] = {}
+        self.tagged_sockets: dict[int, socket.socket] = {}  # 802.1Q frames only: dropped as non_ipv4
         self.egress: dict[int, EgressQueue] = {}
         for spec in ports:
             sock = open_port_socket(spec.iface, timestamps=fidelity is not None)
             self.sockets[spec.port] = sock
+            self.tagged_sockets[spec.port] = open_port_socket(spec.iface, timestamps=False, tagged=True)
             self.egress[spec.port] = EgressQueue(spec.port, sock.send, spec.rate_mbps, spec.depth_pkts, now)
             self.egress[spec.port].int_egress = pipeline.int_engine.egress
             pipeline.port_up[spec.port] = read_carrier(spec.iface)
@@ -147,6 +183,10 @@ class DataPlane:
         for port, sock in self.sockets.items():
             poller.register(sock.fileno(), select.EPOLLIN)
             by_fd[sock.fileno()] = (port, sock)
+        tagged_by_fd: dict[int, tuple[int, socket.socket]] = {}
+        for port, sock in self.tagged_sockets.items():
+            poller.register(sock.fileno(), select.EPOLLIN)
+            tagged_by_fd[sock.fileno()] = (port, sock)
         poller.register(self._wake_r, select.EPOLLIN)
         pipeline = self.pipeline
         egress = self.egress
@@ -171,6 +211,9 @@ class DataPlane:
                 for fd, _ in events:
                     if fd == self._wake_r:
                         self._drain_wake(now, busy)
+                        continue
+                    if fd in tagged_by_fd:
+                        self._drop_tagged(*tagged_by_fd[fd])
                         continue
                     in_port, sock = by_fd[fd]
                     recv = sock.recv
@@ -321,6 +364,21 @@ class DataPlane:
         """Tail drops of all egress queues so far."""
         return sum(queue.drops for queue in self.egress.values())
 
+    def _drop_tagged(self, in_port: int, sock: socket.socket) -> None:
+        """802.1Q frames: received (port_rx, with the 4 bytes of their tag) and dropped as non_ipv4,
+        as starnet.p4 on BMv2 does."""
+        for _ in range(RX_BATCH):
+            try:
+                size = len(sock.recv(MAX_FRAME)) + VLAN_TAG_BYTES
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                log.warning("port %d: receive failed: %s", in_port, exc)
+                return
+            self.rx_pkts[in_port] += 1
+            self.rx_bytes[in_port] += size
+            self.pipeline.count_drop("non_ipv4", in_port, size)
+
     def _drain_wake(self, now: float, busy: set[int]) -> None:
         try:
             while os.read(self._wake_r, 4096):
@@ -420,7 +478,7 @@ class DataPlane:
         tmp.replace(self.stats_file)
 
     def close(self) -> None:
-        for sock in self.sockets.values():
+        for sock in (*self.sockets.values(), *self.tagged_sockets.values()):
             sock.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
