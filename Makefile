@@ -34,7 +34,7 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,plot]'
-	@# Expose Debian's mininet package (and only it) to the venv, see DESIGN.md.
+	@# Expose Debian's mininet package (and only it) to the venv, so the venv takes no PyPI mininet.
 	@mkdir -p $(VENV)/debian-mininet
 	@ln -sfn /usr/lib/python3/dist-packages/mininet $(VENV)/debian-mininet/mininet
 	@$(PY) -c 'import site,sys; open(site.getsitepackages()[0]+"/debian-mininet.pth","w").write(sys.prefix+"/debian-mininet\n")'
@@ -87,10 +87,12 @@ bench: deps
 	$(PY) bench/p4rt_soak.py
 	$(PY) bench/failover.py
 
-# ruff, and mypy on the packages (untyped defs refused; config in pyproject.toml). Part of `make test`.
+# ruff, mypy on the packages (untyped defs refused) and the layers' import contracts (import-linter:
+# imports only downward, no circle); config in pyproject.toml. Part of `make test`.
 lint: deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 # The advice API's generated code and its type stubs (mypy-protobuf), committed beside
 # wire/advice.proto (a unit test checks they match).

@@ -39,7 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from testbed.net import Testbed  # noqa: E402
+from emulation.net import Testbed  # noqa: E402
 from topologies import leafspine  # noqa: E402
 from wire import advice_pb2 as pb  # noqa: E402
 from wire import advice_pb2_grpc as pb_grpc  # noqa: E402

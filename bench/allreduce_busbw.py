@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed import budget  # noqa: E402
-from testbed.net import Testbed  # noqa: E402
+from emulation import budget  # noqa: E402
+from emulation.net import Testbed  # noqa: E402
 from topologies import leafspine  # noqa: E402
 from workloads.allreduce.job import JobSpec, run_job  # noqa: E402
 from workloads.fabric import FabricView  # noqa: E402

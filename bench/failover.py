@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python bench/failover.py [--runs 5] [--cases local,remote]
 
-One leaf-spine testbed (soft switch, mode advice). Each run is testbed/failover.py's cut under a
+One leaf-spine testbed (soft switch, mode advice). Each run is lab/failover.py's cut under a
 ring all-reduce h1 h2 h5 h6 (8 MB, 3 iterations), restored after the job:
 - local: the spine uplink the h2 → h5 flow crosses is cut; s3, the flow's own leaf, moves it to
   the other spine by itself (its ECMP members watch their ports).
@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from testbed import budget  # noqa: E402
-from testbed.failover import cut_during_ring  # noqa: E402
-from testbed.net import Testbed  # noqa: E402
+from emulation import budget  # noqa: E402
+from emulation.net import Testbed  # noqa: E402
+from lab.failover import cut_during_ring  # noqa: E402
 from topologies import leafspine  # noqa: E402
 
 CASES = {"local": (("h2", "h5"), None), "remote": (("h6", "h1"), "s3")}

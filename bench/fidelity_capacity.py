@@ -6,7 +6,7 @@
 The 8-rank ring all-reduce (every host of the default leaf-spine, 8 MB, 2 timed iterations after a
 warm-up, topology order) on fabrics whose every link runs at each rate, one testbed per rate. Per
 run: busbw as a share of the link, the share of 100 ms windows faithful and the worst lateness,
-and the CPU each kind of process used (cpu.csv), beside the CPU budget testbed/budget.py predicted
+and the CPU each kind of process used (cpu.csv), beside the CPU budget emulation/budget.py predicted
 before the run. Then per rate the ranges, and the largest rate whose every run held >= 90% of its
 windows (goal: >= 40 Mbit/s). --noise N runs N CPU-bound processes at nice 10 beside it the whole
 time (`yes`, started and ended by this script): the machine a user has is never idle.
@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed import budget  # noqa: E402
-from testbed.net import Testbed  # noqa: E402
-from testbed.rundir import stop_process  # noqa: E402
+from emulation import budget  # noqa: E402
+from emulation.net import Testbed  # noqa: E402
+from emulation.rundir import stop_process  # noqa: E402
 from topologies import leafspine  # noqa: E402
 from wire.realtime import DEFAULT_PRIORITY  # noqa: E402
 from workloads.allreduce.job import JobSpec, run_job  # noqa: E402

@@ -4,7 +4,7 @@
         [--reference runs/<ns-3 run>/results.json]
 
 One leaf-spine testbed; the modes are switched with SetMode between runs (advice cleared before a
-`none` run). Each run is testbed/incast.py's measurement: six iperf3 TCP flows into h5 for 8 s
+`none` run). Each run is lab/incast.py's measurement: six iperf3 TCP flows into h5 for 8 s
 after 3 s of slow start; the bottleneck is s4's port to h5 (20 Mbit/s, 64 packets). Per run it
 prints the queue over faithful windows (p99, p90) and over all, drops in faithful windows and in
 flagged ones (per window), Jain's index, utilisation and the verdict. Goals (issue "Fidelity and
@@ -12,7 +12,7 @@ gate"): in advice mode, over faithful windows, p99 queue ≤ 5 packets and 0 dro
 runs, and every advice-mode drop in a window the monitor flagged. Results: results.json in the run
 directory.
 
-Every sender's TCP state is sampled every 10 ms (testbed/tcpstate.py; --no-tcp-state to leave it
+Every sender's TCP state is sampled every 10 ms (lab/tcpstate.py; --no-tcp-state to leave it
 out): per mode, a line per sender (congestion control, ECN, cwnd, RTT, retransmissions, CE share,
 time per CA state) and tcp-<mode>.png (cwnd per sender over the bottleneck queue, with the ECN
 threshold). At the end, the modes side by side (mean over runs); with --reference, the rows of
@@ -30,11 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from testbed import budget  # noqa: E402
-from testbed.fidelity import read_records  # noqa: E402
-from testbed.incast import BOTTLENECK, RECEIVER, SENDERS, IncastResult, pacing_cleared, run_incast  # noqa: E402
-from testbed.net import Testbed  # noqa: E402
-from testbed.tcpplot import bottleneck_queue, plot, summarise  # noqa: E402
+from emulation import budget  # noqa: E402
+from emulation.fidelity import read_records  # noqa: E402
+from emulation.net import Testbed  # noqa: E402
+from lab.incast import BOTTLENECK, RECEIVER, SENDERS, IncastResult, pacing_cleared, run_incast  # noqa: E402
+from lab.tcpplot import bottleneck_queue, plot, summarise  # noqa: E402
 from topologies import leafspine  # noqa: E402
 from wire.fidelity import DEFAULT_TOLERANCE_MS  # noqa: E402
 

@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from controller import entities as ent  # noqa: E402
-from testbed.ports import free_ports  # noqa: E402
-from testbed.rundir import clean_run, new_run_dir  # noqa: E402
-from testbed.switchproc import SoftSwitchProcess  # noqa: E402
+from emulation.ports import free_ports  # noqa: E402
+from emulation.rundir import clean_run, new_run_dir  # noqa: E402
+from emulation.switchproc import SoftSwitchProcess  # noqa: E402
 from wire.p4info import P4Schema  # noqa: E402
 from wire.proto import p4r, p4r_grpc  # noqa: E402
 

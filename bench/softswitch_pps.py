@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT))
 
 from controller import entities as ent  # noqa: E402
 from controller.p4rt_client import SwitchSession  # noqa: E402
-from testbed.ports import free_ports  # noqa: E402
-from testbed.rundir import (  # noqa: E402
+from emulation.ports import free_ports  # noqa: E402
+from emulation.rundir import (  # noqa: E402
     clean_run,
     forget_pid,
     new_run_dir,
@@ -56,8 +56,8 @@ from testbed.rundir import (  # noqa: E402
     record_netns,
     record_pid,
 )
-from testbed.switchproc import Bmv2SwitchProcess, SoftSwitchProcess, bmv2_missing, compile_p4  # noqa: E402
-from testbed.traffic import iperf3_rates  # noqa: E402
+from emulation.switchproc import Bmv2SwitchProcess, SoftSwitchProcess, bmv2_missing, compile_p4  # noqa: E402
+from emulation.traffic import iperf3_rates  # noqa: E402
 from wire.cpu import CPU_PORT, REPORT_SESSION  # noqa: E402
 from wire.p4info import P4Schema  # noqa: E402
 

@@ -57,7 +57,7 @@ class Controller:
                  fidelity_file: Path | None = None, probe_s: float = 0.050, probe_misses: int = 4,
                  hold_down_s: float = 0.5) -> None:
         """int_sample_log2: INT starts on 1 in 2^N packets of each host flow (None = no INT);
-        mode: none | ecn | advice; interval_s: advice loop period; eta: target utilisation;
+        mode: none | ecn | advice | bbr; interval_s: advice loop period; eta: target utilisation;
         fidelity_file: where BMv2 switches' lateness (from INT) goes (None = not measured);
         probe_s, probe_misses, hold_down_s: link probes (controller/links.py; probe_s 0 = none)."""
         self.int_sample_log2 = int_sample_log2

@@ -100,7 +100,7 @@ class SwitchSession:
         self._stub = p4r_grpc.P4RuntimeStub(self._channel)  # typed as the async stub on an aio channel
         try:
             await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise SwitchError(f"switch {self.name}: no P4Runtime server at {self.address}") from None
         arbitration = p4r.StreamMessageRequest()
         arbitration.arbitration.device_id = self.device_id
@@ -109,7 +109,7 @@ class SwitchSession:
         self._stream_task = asyncio.create_task(self._stream(), name=f"stream-{self.name}")
         try:
             await asyncio.wait_for(self.is_primary.wait(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise SwitchError(f"switch {self.name}: did not become primary (election id {self.election_id})") from None
 
     async def _maybe_reclaim(self, arbitration: p4r.MasterArbitrationUpdate) -> None:

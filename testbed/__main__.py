@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from controller.advice import MODES
-from testbed.rundir import RUNS, clean_all
+from emulation.rundir import RUNS, clean_all
 from wire.realtime import DEFAULT_PRIORITY
 
 
@@ -34,9 +34,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     from mininet.log import setLogLevel
 
+    from emulation.net import Testbed, TestbedError
+    from emulation.nodes import SwitchStartError
     from testbed.cli import StarNetCLI
-    from testbed.net import Testbed, TestbedError
-    from testbed.nodes import SwitchStartError
     from topologies import TopologyError, topology_by_name
 
     setLogLevel("info")
@@ -67,7 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_scenario(args: argparse.Namespace) -> int:
-    from testbed.scenario import ScenarioError, load_scenario
+    from lab.scenario import ScenarioError, load_scenario
 
     try:
         scenario = load_scenario(args.file)
@@ -88,8 +88,8 @@ def cmd_scenario(args: argparse.Namespace) -> int:
         return 2
     from mininet.log import setLogLevel
 
-    from testbed.experiment import run_scenario
-    from testbed.report import report_table
+    from lab.experiment import run_scenario
+    from lab.report import report_table
 
     setLogLevel("warning")
     result = run_scenario(scenario)
@@ -102,7 +102,7 @@ def cmd_scenario(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from testbed.report import last_report, report_table
+    from lab.report import last_report, report_table
 
     path = Path(args.file) if args.file else last_report()
     if path is None or not path.exists():
@@ -113,7 +113,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose_eval(args: argparse.Namespace) -> int:
-    from testbed.diagnose_eval import KINDS, evaluate
+    from lab.diagnose_eval import KINDS, evaluate
 
     kinds = (tuple(k for k in args.kinds.split(",") if k) if args.kinds is not None
              else tuple(k for k in KINDS if args.dataplane == "soft" or k != "delay"))

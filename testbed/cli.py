@@ -12,11 +12,12 @@ import grpc
 from mininet.cli import CLI
 
 from controller.advice import MODES
-from testbed import budget
-from testbed.fidelity import read_records, recent
-from testbed.net import Testbed, TestbedError
-from testbed.p4read import drop_reasons
-from testbed.traffic import iperf3_tcp
+from controller.program import INT_SAMPLE_LOG2
+from emulation import budget
+from emulation.fidelity import read_records, recent
+from emulation.net import Testbed, TestbedError
+from emulation.p4read import drop_reasons
+from emulation.traffic import iperf3_tcp
 
 if TYPE_CHECKING:
     from wire import advice_pb2_grpc as pb_grpc
@@ -134,7 +135,8 @@ class StarNetCLI(CLI):
             return
         self.stdout.write(f"{state.reports} INT reports ({state.bad_reports} malformed)\n")
         if not state.ports:
-            self.stdout.write("no telemetry yet (INT starts on 1 in 8 packets of host TCP/UDP flows)\n")
+            every = 1 << INT_SAMPLE_LOG2
+            self.stdout.write(f"no telemetry yet (INT starts on 1 in {every} packets of host TCP/UDP flows)\n")
         else:
             self.stdout.write("switch port   util  Mbit/s  queue  latency_us  age_s\n")
         for p in state.ports:
@@ -469,9 +471,9 @@ class StarNetCLI(CLI):
     def do_scenario(self, line: str) -> None:
         """scenario FILE [modes=none,advice]: run a scenario file's jobs and faults on this testbed, once per
         mode (its topology must be this one), and write its report (see `report`)."""
-        from testbed.experiment import run_on_testbed
-        from testbed.report import report_table
-        from testbed.scenario import ScenarioError, load_scenario
+        from lab.experiment import run_on_testbed
+        from lab.report import report_table
+        from lab.scenario import ScenarioError, load_scenario
 
         words = line.split()
         if not words:
@@ -495,7 +497,7 @@ class StarNetCLI(CLI):
 
     def do_report(self, line: str) -> None:
         """report: the first table of the last scenario report (under runs/), and where it is."""
-        from testbed.report import last_report, report_table
+        from lab.report import last_report, report_table
 
         path = last_report()
         if path is None:

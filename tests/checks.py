@@ -3,7 +3,7 @@ with a named tolerance so a failure prints measured, expected and tolerance toge
 
 from __future__ import annotations
 
-from testbed.waiting import wait_until
+from emulation.waiting import wait_until
 
 __all__ = ["assert_within", "wait_until"]
 

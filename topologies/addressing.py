@@ -3,7 +3,7 @@
 Hosts get /32 addresses 10.0.<switch index>.<port> with a default route via the gateway
 10.0.<switch index>.254 on-link, whose MAC is the switch port's (installed as a static
 neighbour), so every packet crosses the fabric as routed L3 and no switch needs ARP.
-gRPC/Thrift ports are not here: they are allocated per run (testbed.ports).
+gRPC/Thrift ports are not here: they are allocated per run (emulation.ports).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ above the tolerance; ``late_from`` is the earliest moment a late event of the wi
 late (its detection time minus its lateness), ``late_until`` the latest detection time plus
 lateness (the backlog a stall released drains in as long as the stall lasted), so a reader can flag
 every window a stall and its aftermath covered.
-The reader and the verdict are in testbed/fidelity.py.
+The reader and the verdict are in emulation/fidelity.py.
 
 Default tolerance, DEFAULT_TOLERANCE_MS: a lateness of L at link rate R releases L·R/1500 frames at
 once; at the default 20 Mbit/s a frame takes 0.6 ms, so 2 ms is 3.3 frames, below the 5-packet queue

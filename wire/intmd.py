@@ -1,7 +1,7 @@
 """INT v2.1 (INT-MD over TCP/UDP, DSCP-signalled) as StarNet uses it — the one definition of the layout.
 
 Used by the soft switch (push, strip, validate), the collector (decode reports) and the tests, and
-mirrored by p4src/include/headers.p4. Layout (DESIGN.md "INT wire format"), after the L4 header:
+mirrored by p4src/include/headers.p4. Layout, after the L4 header:
 
     shim (4 B)   type:4=1 | npt:2=0 | r:2 | len:8 (words of MD header + hops) | r:10 | orig DSCP:6
     MD   (12 B)  ver:4=2 | D:1 | E:1 | M:1 | r:12 | hop_ml:5=8 | remaining_hop_cnt:8

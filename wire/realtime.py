@@ -2,7 +2,7 @@
 
 - ``promote(pid, priority)`` puts every thread of a switch process under SCHED_FIFO at `priority`
   (threads it starts later inherit it). The testbed does it once a switch is ready
-  (testbed/switchproc.py) and starts the watchdog over them (testbed/rtwatch.py).
+  (emulation/switchproc.py) and starts the watchdog over them (emulation/rtwatch.py).
 - A switch that takes a whole CPU for RUNAWAY_WINDOW_S is a runaway (a loop that does not end, or
   more load than a core can forward): at real-time priority it would hold that CPU against
   everything else on the machine. The watchdog, a small process of its own at WATCHDOG_PRIORITY

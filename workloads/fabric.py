@@ -13,14 +13,14 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from testbed.rundir import RUNS, forget_pid, record_pid
+from emulation.rundir import RUNS, forget_pid, record_pid
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology, load_topology
 from wire import faultsfile
 from workloads.hosts import Endpoint, JobError
 
 if TYPE_CHECKING:
-    from testbed.net import Testbed
+    from emulation.net import Testbed
 
 
 def topology_order(topo: Topology, hosts: list[str]) -> list[str]:

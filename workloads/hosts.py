@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TextIO
 
-from testbed.rundir import stop_process
+from emulation.rundir import stop_process
 
 UNIX_PATH_MAX = 107
 START_TIMEOUT_S = 60.0

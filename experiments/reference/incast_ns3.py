@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from controller.advisor import jain_index  # noqa: E402
-from testbed.incast import RECEIVER, SENDERS, percentile  # noqa: E402
+from lab.incast import RECEIVER, SENDERS, percentile  # noqa: E402
 from topologies import leafspine  # noqa: E402
 
 BOTTLENECK_PORT_OF = ("s4", RECEIVER)  # the switch port toward the receiver
@@ -64,7 +64,7 @@ std::vector<uint32_t> queueReported;
 std::map<uint32_t, double> lastReport;
 Ptr<UniformRandomVariable> coin;
 uint32_t threshold = 16;
-// Each sender's congestion window (segments), sampled every 10 ms as testbed/tcpstate.py does.
+// Each sender's congestion window (segments), sampled every 10 ms as lab/tcpstate.py does.
 std::vector<Ptr<Application>> senders;
 std::vector<uint32_t> cwndNow;
 std::vector<std::vector<uint32_t>> cwndSamples;

@@ -25,9 +25,9 @@ from pathlib import Path
 from pyroute2 import netns
 
 from controller.p4rt_client import SwitchSession
-from testbed.ports import free_ports
-from testbed.rundir import clean_run, new_run_dir, record_interfaces, record_netns
-from testbed.switchproc import Bmv2SwitchProcess, SoftSwitchProcess, SwitchProcess, compile_p4
+from emulation.ports import free_ports
+from emulation.rundir import clean_run, new_run_dir, record_interfaces, record_netns
+from emulation.switchproc import Bmv2SwitchProcess, SoftSwitchProcess, SwitchProcess, compile_p4
 from wire.p4info import P4Schema
 
 ETH_P_ALL = 0x0003
@@ -62,7 +62,7 @@ class SyncSession:
         async def get():
             try:
                 return await asyncio.wait_for(self.s.packet_ins.get(), timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return None
         return self.call(get(), timeout_s + 5)
 

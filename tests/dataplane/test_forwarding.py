@@ -14,7 +14,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 
 from controller import entities as ent
-from testbed.switchproc import bmv2_missing
+from emulation.switchproc import bmv2_missing
 from tests.checks import assert_within, wait_until
 from tests.dataplane.harness import SwitchHarness
 from wire.drops import DROP_COUNTER, by_reason

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from testbed.dump import dump_fabric
-from testbed.net import Testbed
+from emulation.dump import dump_fabric
+from emulation.net import Testbed
 
 
 @pytest.hookimpl(hookwrapper=True)

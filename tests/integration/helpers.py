@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testbed.rundir import process_start_time
+from emulation.rundir import process_start_time
 from tests.checks import assert_within, wait_until  # noqa: F401  (re-exported for the tests)
 
 LEAFSPINE_LINK_PREFIXES = ("s1-", "s2-", "s3-", "s4-")  # the default fabric's switch interfaces

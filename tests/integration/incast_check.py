@@ -1,15 +1,15 @@
 """The incast check both targets run: advice vs none on one testbed, with margins (test_advice*.py).
 
 Queue and drop bounds are asserted over the faithful 100 ms windows of the measurement (no switch
-had a late event, testbed/fidelity.py); a measurement with fewer than half of its windows faithful
+had a late event, emulation/fidelity.py); a measurement with fewer than half of its windows faithful
 is repeated once, then fails with the verdict. BMv2's tail drops are counted nowhere, so on BMv2 the
 drop bound is not asserted (and the report says so); its queue, fairness and utilisation are.
 """
 
 from __future__ import annotations
 
-from testbed.incast import measure_faithfully, pacing_cleared, run_incast
-from testbed.net import Testbed
+from emulation.net import Testbed
+from lab.incast import measure_faithfully, pacing_cleared, run_incast
 from tests.integration.helpers import wait_until
 
 P99_QUEUE_MAX = 10  # packets, faithful windows; the goal (5) is bench/incast_fidelity.py's

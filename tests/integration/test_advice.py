@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from testbed.incast import RECEIVER
-from testbed.net import Testbed
-from testbed.traffic import start_iperf3_server
+from emulation.net import Testbed
+from emulation.traffic import start_iperf3_server
+from lab.incast import RECEIVER
 from tests.integration.helpers import wait_until
 from tests.integration.incast_check import check_incast_advice_vs_none
 from topologies import leafspine

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.net import Testbed
+from emulation.net import Testbed
 from tests.integration.incast_check import check_incast_advice_vs_none
 from topologies import leafspine
 
@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.mininet, pytest.mark.root]
 
 @pytest.fixture(scope="module")
 def fabric():
-    from testbed.switchproc import bmv2_missing
+    from emulation.switchproc import bmv2_missing
 
     if bmv2_missing():
         pytest.skip(f"{' and '.join(bmv2_missing())} not found: BMv2 runs where p4lang's packages are installed")

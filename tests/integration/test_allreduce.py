@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from testbed.net import Testbed
+from emulation.net import Testbed
 from topologies import leafspine
 from workloads.allreduce.job import JobOutcome, JobSpec, run_job
 from workloads.fabric import FabricView

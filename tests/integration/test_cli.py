@@ -12,7 +12,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from testbed.switchproc import bmv2_missing
+from emulation.switchproc import bmv2_missing
 from tests.integration.helpers import LEAFSPINE_LINK_PREFIXES, links_named
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cpuuse import CPU_CSV, usage
-from testbed.net import Testbed
-from testbed.rundir import process_start_time
+from emulation.cpuuse import CPU_CSV, usage
+from emulation.net import Testbed
+from emulation.rundir import process_start_time
 from tests.integration.helpers import wait_until
 from topologies import leafspine
 from wire import faultsfile, realtime

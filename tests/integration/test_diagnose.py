@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.diagnose_eval import KINDS, evaluate, table
+from lab.diagnose_eval import KINDS, evaluate, table
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import pytest
 
 from controller.routing import compute_routes
-from testbed.failover import cut_during_ring, timeline_row
-from testbed.net import Testbed
-from testbed.p4read import read
+from emulation.net import Testbed
+from emulation.p4read import read
+from lab.failover import cut_during_ring, timeline_row
 from tests.checks import wait_until
 from topologies import leafspine
 from wire.proto import p4r

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.net import Testbed
+from emulation.net import Testbed
 from tests.integration.helpers import links_named, unreachable_pairs
 from topologies import fattree
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from testbed.fidelity import read_records
-from testbed.net import Testbed
-from testbed.traffic import start_iperf3_server
+from emulation.fidelity import read_records
+from emulation.net import Testbed
+from emulation.traffic import start_iperf3_server
 from tests.integration.helpers import assert_within, wait_until
 from topologies import dumbbell
 from wire.fidelity import WINDOW_S

@@ -13,9 +13,9 @@ from scapy.layers.l2 import Ether
 
 from controller.routing import compute_routes
 from controller.service import get_state
+from emulation.net import Testbed
+from emulation.switchproc import bmv2_missing
 from softswitch.pipeline import ecmp_hash
-from testbed.net import Testbed
-from testbed.switchproc import bmv2_missing
 from tests.integration.helpers import UDP_SENDER, wait_until
 from topologies import leafspine
 

@@ -7,11 +7,11 @@ import subprocess
 import pytest
 
 from controller.routing import compute_routes
+from emulation.net import Testbed
+from emulation.p4read import read_counter
+from emulation.rundir import process_start_time
+from emulation.traffic import iperf3_tcp
 from softswitch.pipeline import ecmp_hash
-from testbed.net import Testbed
-from testbed.p4read import read_counter
-from testbed.rundir import process_start_time
-from testbed.traffic import iperf3_tcp
 from tests.integration.helpers import links_named, pid_alive, send_udp, unreachable_pairs, wait_until
 from topologies import leafspine
 

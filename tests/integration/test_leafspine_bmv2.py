@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.net import Testbed
-from testbed.p4read import drop_reasons, read_counter
+from emulation.net import Testbed
+from emulation.p4read import drop_reasons, read_counter
 from tests.integration.helpers import send_udp, unreachable_pairs, wait_until
 from topologies import leafspine
 from wire.drops import DROP_REASONS
@@ -20,7 +20,7 @@ PER_FLOW = 20
 
 @pytest.fixture(scope="module")
 def fabric():
-    from testbed.switchproc import bmv2_missing
+    from emulation.switchproc import bmv2_missing
 
     if bmv2_missing():
         pytest.skip(f"{' and '.join(bmv2_missing())} not found: BMv2 runs where p4lang's packages are installed")

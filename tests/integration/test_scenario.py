@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiment import ModeRun, run_scenario
-from testbed.report import report_table
-from testbed.scenario import load_scenario
+from lab.experiment import run_scenario
+from lab.report import report_table
+from lab.results import ModeRun
+from lab.scenario import load_scenario
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from controller.service import get_state
-from testbed.net import Testbed
-from testbed.switchproc import bmv2_missing
-from testbed.traffic import iperf3_parallel
+from emulation.net import Testbed
+from emulation.switchproc import bmv2_missing
+from emulation.traffic import iperf3_parallel
 from tests.checks import assert_within, wait_until
 from topologies import dumbbell
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.net import Testbed
+from emulation.net import Testbed
 from topologies import leafspine
 from workloads.allreduce.job import JobOutcome, JobSpec
 from workloads.allreduce.job import background as allreduce_job

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from testbed.rundir import new_run_dir
+from emulation.rundir import new_run_dir
 from workloads.allreduce.executor import DEFAULT_CHUNK_BYTES
 from workloads.allreduce.launcher import AllReduceJob, SizeResult, format_table, write_results
 from workloads.allreduce.schedule import ALGORITHMS

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.rundir import RUNS
+from emulation.rundir import RUNS
 from workloads.allreduce.launcher import AllReduceJob, SizeResult, format_table
 from workloads.allreduce.schedule import ALGORITHMS
 from workloads.hosts import format_size

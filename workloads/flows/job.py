@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from controller.advisor import jain_index
-from testbed.rundir import new_run_dir
+from emulation.rundir import new_run_dir
 from workloads.fabric import FabricView
 from workloads.flows.schedule import Flow
 from workloads.hosts import BackgroundJob, Endpoint, JobError, LocalSpawner, ProcessGroup, Spawner, format_size

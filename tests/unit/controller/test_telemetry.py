@@ -9,7 +9,7 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
 from controller.telemetry import Collector, HopLateness, decode_report, payload_bytes
-from testbed.fidelity import read_records
+from emulation.fidelity import read_records
 from tests.unit.softswitch.test_inband import Fabric, frame_from
 from wire.fidelity import FidelityWindows
 from wire.intmd import DSCP_INT, Hop, IntStack

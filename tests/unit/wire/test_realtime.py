@@ -58,7 +58,7 @@ def test_the_watchdog_demotes_a_spinning_process_and_leaves_a_sleeping_one(tmp_p
         realtime.promote(spinner.pid, realtime.DEFAULT_PRIORITY)
         realtime.promote(sleeper.pid, realtime.DEFAULT_PRIORITY)
         started = time.monotonic()
-        watchdog = subprocess.Popen([sys.executable, "-m", "testbed.rtwatch",
+        watchdog = subprocess.Popen([sys.executable, "-m", "emulation.rtwatch",
                                      f"--watch=spin={spinner.pid}={tmp_path}/spin.log",
                                      f"--watch=sleep={sleeper.pid}={tmp_path}/sleep.log"],
                                     cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -80,7 +80,7 @@ def test_the_watchdog_demotes_a_spinning_process_and_leaves_a_sleeping_one(tmp_p
 
 def test_the_watchdog_ends_when_what_it_watches_has_ended(tmp_path):
     proc = child(SLEEPER)
-    watchdog = subprocess.Popen([sys.executable, "-m", "testbed.rtwatch", f"--watch=s={proc.pid}"], cwd=ROOT)
+    watchdog = subprocess.Popen([sys.executable, "-m", "emulation.rtwatch", f"--watch=s={proc.pid}"], cwd=ROOT)
     try:
         time.sleep(0.3)
         assert watchdog.poll() is None

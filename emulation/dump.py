@@ -16,14 +16,14 @@ from google.protobuf.message import Message
 
 from controller.service import channel as controller_channel
 from controller.service import get_state
-from testbed import p4read
+from emulation import p4read
 from wire import advice_pb2 as pb
 from wire import advice_pb2_grpc as pb_grpc
 from wire.p4info import P4Schema
 from wire.proto import p4r
 
 if TYPE_CHECKING:
-    from testbed.net import Testbed
+    from emulation.net import Testbed
 
 READ_TIMEOUT_S = 3.0
 

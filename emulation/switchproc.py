@@ -20,8 +20,8 @@ from typing import Any
 
 import grpc
 
-from testbed.ports import port_answers
-from testbed.rundir import PROJECT_ROOT, forget_pid, record_pid, stop_process
+from emulation.ports import port_answers
+from emulation.rundir import PROJECT_ROOT, forget_pid, record_pid, stop_process
 from wire import faultsfile
 from wire.cpu import CPU_PORT
 from wire.fidelity import BMV2_RATE_PKT_BYTES

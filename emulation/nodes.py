@@ -1,4 +1,4 @@
-"""Mininet node classes: P4 switches (soft or BMv2, see testbed/switchproc.py) and hosts."""
+"""Mininet node classes: P4 switches (soft or BMv2, see emulation/switchproc.py) and hosts."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from typing import Any
 
 from mininet.node import Host, Switch
 
-from hostagent.tcpsettings import CUBIC
-from testbed.switchproc import (
+from emulation.switchproc import (
     Bmv2SwitchProcess,
     SoftSwitchProcess,
     SwitchProcess,
@@ -20,6 +19,7 @@ from testbed.switchproc import (
     bmv2_missing,
     log_tail,
 )
+from hostagent.tcpsettings import CUBIC
 from wire.cpu import CPU_PORT
 
 SWITCH_MTU = 9000
@@ -33,7 +33,8 @@ def quiet(cmd: list[str]) -> None:
 
 
 def prepare_switch_intf(name: str) -> None:
-    """Offloads off (a frame read by AF_PACKET must be complete), IPv6 off, MTU 9000 (DESIGN.md)."""
+    """Offloads off (a frame read by AF_PACKET must be complete), IPv6 off, MTU 9000 (INT makes a
+    full-sized frame longer than 1500 bytes)."""
     quiet(["ethtool", "-K", name, "tx", "off", "tso", "off", "gso", "off", "gro", "off"])
     quiet(["ip", "link", "set", name, "mtu", str(SWITCH_MTU)])
     try:

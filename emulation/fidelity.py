@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.cpuuse import CpuUsage
+from emulation.cpuuse import CpuUsage
 from wire.fidelity import WINDOW_S
 
 FIDELITY_CSV = "fidelity.csv"

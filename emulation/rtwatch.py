@@ -1,6 +1,6 @@
 """The real-time watchdog: a process of its own that demotes a real-time process holding a whole CPU.
 
-    python -m testbed.rtwatch --watch s1=PID=RUN/switches/s1.log --watch controller=PID=RUN/controller.log ...
+    python -m emulation.rtwatch --watch s1=PID=RUN/switches/s1.log --watch controller=PID=RUN/controller.log ...
 
 Runs at SCHED_FIFO WATCHDOG_PRIORITY (above the testbed's real-time processes, wire/realtime.py)
 and single-threaded, so no runaway and no GIL of another process can keep it from running. Every
@@ -80,7 +80,7 @@ def watch(watched: dict[str, int], logs: dict[str, Path]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="testbed.rtwatch", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="emulation.rtwatch", description=__doc__.splitlines()[0])
     parser.add_argument("--watch", action="append", default=[], metavar="NAME=PID[=LOG]",
                         help="a real-time process to watch, and the log its demotion is written to")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Sample the TCP state of hosts' connections every few milliseconds, from their namespaces.
 
-    python -m testbed.tcpstate --out runs/<id>/tcp.csv --host h1=/proc/<pid>/ns/net [--host ...]
+    python -m lab.tcpstate --out runs/<id>/tcp.csv --host h1=/proc/<pid>/ns/net [--host ...]
         [--interval-ms 10] [--dports 5301-5306]
 
 One process for every host: it opens a sock_diag socket inside each host's network namespace
@@ -236,7 +236,7 @@ def sample(out: Path, readers: list[TcpStateReader], interval_s: float, dports: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testbed.tcpstate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.tcpstate", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="CSV file to write")
     parser.add_argument("--host", action="append", default=[], metavar="NAME=NETNS",
                         help="a host and its network namespace (/proc/PID/ns/net); without any: this namespace")

@@ -1,6 +1,6 @@
 """The senders' TCP state beside the bottleneck queue: a summary per sender and a PNG.
 
-Reads what testbed/tcpstate.py wrote for each sender of an incast run and the bottleneck port's
+Reads what lab/tcpstate.py wrote for each sender of an incast run and the bottleneck port's
 INT queue readings (telemetry.csv), over the run's measured span.
 """
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from testbed.experiment import ScenarioResult
+from lab.results import ScenarioResult
 
 RUNS = Path(__file__).resolve().parent.parent / "runs"
 TABLE_START = "<!-- table -->"
@@ -101,7 +100,7 @@ def write_report(result: ScenarioResult) -> Path:
 
 
 def fault_text(fault: dict) -> str:
-    """One applied fault (testbed/experiment.py's record) in words."""
+    """One applied fault (lab/experiment.py's record) in words."""
     a, b = fault["link"]
     if "error" in fault:
         what = f"{fault['kind']} {a} -> {b} not applied: {fault['error']}"

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from controller.service import diagnose
-from testbed.net import Testbed
+from emulation.net import Testbed
 from topologies import leafspine
 from wire import advice_pb2 as pb
 from workloads.allreduce.job import JobSpec, run_job

@@ -1,11 +1,11 @@
-"""Fidelity records (wire/fidelity.py) and the verdict read from them (testbed/fidelity.py), on a driven clock."""
+"""Fidelity records (wire/fidelity.py) and the verdict read from them (emulation/fidelity.py), on a driven clock."""
 
 from __future__ import annotations
 
 import pytest
 
+from emulation.fidelity import drops_by_window, read_records, recent, verdict
 from softswitch.egress import EgressQueue
-from testbed.fidelity import drops_by_window, read_records, recent, verdict
 from wire.fidelity import FidelityWindows, create_file
 
 T0 = 1_000_000.0  # wall-clock seconds, on a window boundary

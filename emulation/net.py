@@ -22,14 +22,14 @@ from mininet.log import info
 from mininet.net import Mininet
 
 from controller.service import channel
+from emulation import cpuuse
+from emulation import fidelity as fid
+from emulation.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_missing, log_tail
+from emulation.ports import free_ports
+from emulation.rundir import clean_run, forget_pid, new_run_dir, record_interfaces, record_pid, stop_process
+from emulation.switchproc import BMV2_P4INFO, compile_p4
+from emulation.waiting import wait_until
 from hostagent.tcpsettings import TcpSettingsError, allow_in_root_namespace, restore_allowed
-from testbed import cpuuse
-from testbed import fidelity as fid
-from testbed.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_missing, log_tail
-from testbed.ports import free_ports
-from testbed.rundir import clean_run, forget_pid, new_run_dir, record_interfaces, record_pid, stop_process
-from testbed.switchproc import BMV2_P4INFO, compile_p4
-from testbed.waiting import wait_until
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
 from wire import advice_pb2 as pb
@@ -68,7 +68,7 @@ class Testbed:
                  fidelity_tolerance_ms: float | None = None, realtime_priority: int = DEFAULT_PRIORITY) -> None:
         """bmv2_options: log_level (None = logging off), pcap_dir (opt-in pcaps) for BMv2 switches;
         int_sample_log2: INT on 1 in 2^N packets of each host flow (-1 = INT off);
-        mode: none | ecn | advice; agents: start a host agent (pacer) on every host;
+        mode: none | ecn | advice | bbr; agents: start a host agent (pacer) on every host;
         controller_args: extra `python -m controller` options (e.g. ["--eta", "0.9"]);
         fidelity_tolerance_ms: the soft switches' late-event threshold (default wire/fidelity.py's);
         realtime_priority: SCHED_FIFO priority of the switches, the controller and the host agents
@@ -189,7 +189,7 @@ class Testbed:
     def _provision_realtime(self) -> None:
         """Real-time scheduling once the network is up: the control plane (controller and host
         agents) at SCHED_FIFO one below the switches (promoted when ready), and the watchdog that
-        demotes any of them that holds a whole CPU (testbed/rtwatch.py). Both planes run before
+        demotes any of them that holds a whole CPU (emulation/rtwatch.py). Both planes run before
         the hosts' workloads and the machine's other work; the switches' timing comes first.
         Measured on the demo (advice mode): the controller and agents at normal priority were
         starved for up to 0.5 s when the switches saturated both cores at the incast's onset
@@ -216,7 +216,7 @@ class Testbed:
         log_path = self.run_dir / "rtwatch.log"
         with log_path.open("ab") as out:
             rtwatch = self.rtwatch = subprocess.Popen(
-                [sys.executable, "-m", "testbed.rtwatch",
+                [sys.executable, "-m", "emulation.rtwatch",
                  *[f"--watch={name}={pid}={log}" for name, (pid, log) in watched.items()]],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         record_pid(self.run_dir, "rtwatch", rtwatch.pid)

@@ -1,4 +1,4 @@
-"""Run a scenario (testbed/scenario.py): per control mode, the jobs and faults on schedule, then the
+"""Run a scenario (lab/scenario.py): per control mode, the jobs and faults on schedule, then the
 figures a report needs, all from what the run measured.
 
     python -m testbed scenario experiments/demo.yaml [--modes none,advice] [--short 0.5]
@@ -18,22 +18,22 @@ sent (the soft switch's counters), and the fidelity verdict of the span.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from testbed import budget
-from testbed.fidelity import Verdict
-from testbed.net import Testbed, TestbedError
-from testbed.rundir import new_run_dir
-from testbed.scenario import Fault, JobSpecification, Scenario, ScenarioError
+from emulation import budget
+from emulation.fidelity import Verdict
+from emulation.net import Testbed, TestbedError
+from emulation.rundir import new_run_dir
+from lab.report import write_report
+from lab.results import JobRecord, ModeRun, PortFigures, ScenarioResult, write_results
+from lab.scenario import Fault, JobSpecification, Scenario, ScenarioError
 from topologies.spec import Topology
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView, topology_order
@@ -48,92 +48,6 @@ MIN_READINGS = 20  # a port with fewer INT readings in the span has no queue per
 PORT_BASE, PORT_RANGE = 20000, 100
 
 
-@dataclass
-class JobRecord:
-    name: str
-    kind: str
-    start_s: float
-    started: float = math.nan  # wall clock
-    ended: float = math.nan
-    ok: bool = False
-    error: str = ""
-    figures: dict = field(default_factory=dict)  # busbw_mbps, wrong, flows_completed, fct_p99_ms, ...
-    workdir: str = ""
-
-    @property
-    def elapsed_s(self) -> float:
-        return self.ended - self.started
-
-
-@dataclass
-class PortFigures:
-    switch: str
-    port: int
-    peer: str
-    readings: int
-    p99_queue: float  # over all readings in the span
-    p99_queue_faithful: float
-    drops: int | None  # None: not counted (BMv2)
-    utilisation: float | None  # bytes sent over the span / capacity
-
-
-@dataclass
-class ModeRun:
-    mode: str
-    run_dir: str
-    t0: float
-    t1: float
-    verdict: str
-    faithful_share: float
-    jobs: list[JobRecord]
-    ports: list[PortFigures]
-    faults: list[dict]
-    host_rates: str = ""  # the sampled host rates (CSV)
-    links: list[dict] = field(default_factory=list)  # the controller's link timeline rows in the run (links.csv)
-
-    def worst_port(self) -> PortFigures | None:
-        """The port with the highest p99 queue over faithful windows; when no port had enough
-        faithful readings (an unfaithful run), the highest over all windows (worst_basis says which)."""
-        ranked = [p for p in self.ports if not math.isnan(p.p99_queue_faithful)]
-        if ranked:
-            return max(ranked, key=lambda p: (p.p99_queue_faithful, p.drops or 0))
-        ranked = [p for p in self.ports if not math.isnan(p.p99_queue)]
-        return max(ranked, key=lambda p: (p.p99_queue, p.drops or 0), default=None)
-
-    @property
-    def worst_basis(self) -> str:
-        """"faithful" when worst_port ranked faithful windows, "all" when it had to rank all windows."""
-        return "faithful" if any(not math.isnan(p.p99_queue_faithful) for p in self.ports) else "all"
-
-    def worst_p99(self) -> float | None:
-        """worst_port's p99 queue on worst_basis's windows (None: no INT readings at all)."""
-        worst = self.worst_port()
-        if worst is None:
-            return None
-        return worst.p99_queue_faithful if self.worst_basis == "faithful" else worst.p99_queue
-
-    @property
-    def drops(self) -> int | None:
-        counted = [p.drops for p in self.ports if p.drops is not None]
-        return sum(counted) if counted else None
-
-    def uplink_utilisation(self, topo_switch_roles: dict[str, str]) -> float:
-        """Mean utilisation of the leaf→spine ports (the oversubscribed layer)."""
-        values = [p.utilisation for p in self.ports if p.utilisation is not None
-                  and topo_switch_roles.get(p.switch) == "leaf" and topo_switch_roles.get(p.peer) == "spine"]
-        return float(np.mean(values)) if values else math.nan
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class ScenarioResult:
-    scenario: Scenario
-    out_dir: Path
-    runs: dict[str, ModeRun] = field(default_factory=dict)
-
-
 Progress = Callable[[str], None]
 
 
@@ -143,7 +57,7 @@ def _print(text: str) -> None:
 
 def run_scenario(scenario: Scenario, out_dir: Path | None = None, progress: Progress = _print) -> ScenarioResult:
     """Every mode of `scenario` on its own fresh testbed; results.json and the report in out_dir."""
-    from testbed.report import write_report  # plotting is the report's, after the runs
+    from lab.report import write_report  # plotting is the report's, after the runs
 
     out_dir = out_dir or new_run_dir(f"scenario-{scenario.name}")
     result = ScenarioResult(scenario, out_dir)
@@ -163,7 +77,7 @@ def run_scenario(scenario: Scenario, out_dir: Path | None = None, progress: Prog
 
 
 def scenario_budget(scenario: Scenario) -> budget.Budget:
-    """The CPU the scenario's jobs need at once (testbed/budget.py): all-reduce rings in topology
+    """The CPU the scenario's jobs need at once (emulation/budget.py): all-reduce rings in topology
     order (tree and hd counted as rings), incast senders into their receiver, background flows
     between every pair of their hosts."""
     topo = scenario.topology
@@ -181,7 +95,7 @@ def scenario_budget(scenario: Scenario) -> budget.Budget:
 def run_on_testbed(tb: Testbed, scenario: Scenario, progress: Progress = _print) -> ScenarioResult:
     """The scenario's modes one after another on the testbed that is up (the CLI's `scenario`); its
     topology must be the scenario's. The testbed is left in its mode from before."""
-    from testbed.report import write_report
+
 
     if _shape(tb.topo) != _shape(scenario.topology):
         raise ScenarioError(f"{scenario.source}: topology: {scenario.topology.name} is not the running testbed's "
@@ -204,13 +118,6 @@ def run_on_testbed(tb: Testbed, scenario: Scenario, progress: Progress = _print)
 def _shape(topo: Topology) -> tuple:
     links = [(link.a, link.b, link.a_port, link.b_port, link.capacity_mbps, link.queue_pkts) for link in topo.links]
     return sorted(h.name for h in topo.hosts), sorted(links)
-
-
-def write_results(result: ScenarioResult) -> None:
-    sc = result.scenario
-    data = {"scenario": sc.name, "source": sc.source, "topology": sc.topology.name, "dataplane": sc.dataplane,
-            "seed": sc.seed, "modes": {m: r.to_dict() for m, r in result.runs.items()}}
-    (result.out_dir / "results.json").write_text(json.dumps(data, indent=1, default=str))
 
 
 def run_mode(tb: Testbed, scenario: Scenario, mode: str, progress: Progress = _print, tag: str = "") -> ModeRun:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.experiment import JobRecord, ModeRun, PortFigures, ScenarioResult
-from testbed.report import first_table
-from testbed.scenario import ScenarioError, load_scenario, parse_scenario
+from lab.report import first_table
+from lab.results import JobRecord, ModeRun, PortFigures, ScenarioResult
+from lab.scenario import ScenarioError, load_scenario, parse_scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 GOOD = """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed import budget
+from emulation import budget
 from topologies import leafspine
 
 

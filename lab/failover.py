@@ -1,7 +1,7 @@
 """Cut a fabric link under a ring all-reduce and time the fabric's repair (tests/integration/
 test_failover.py and bench/failover.py): fault → detected by the controller → routes written →
 advice re-planned, the longest stall of the affected flow (its sender's TCP acks, sampled every
-10 ms by testbed/tcpstate.py) and, on restore, the return to service after the hold-down.
+10 ms by lab/tcpstate.py) and, on restore, the return to service after the hold-down.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from controller.service import get_state
-from testbed.net import Testbed
-from testbed.rundir import record_pid, stop_process
-from testbed.waiting import wait_until
+from emulation.net import Testbed
+from emulation.rundir import record_pid, stop_process
+from emulation.waiting import wait_until
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView
 
@@ -82,7 +82,7 @@ def cut_during_ring(tb: Testbed, flow: tuple[str, str], cut_end: str | None, por
     sender = flow[0]
     tcp_log = tb.run_dir / f"tcp-failover-{sender}-{port_base}.csv"
     netns = f"/proc/{tb.host(sender).pid}/ns/net"
-    sampler = subprocess.Popen([sys.executable, "-m", "testbed.tcpstate", "--out", str(tcp_log), "--dports",
+    sampler = subprocess.Popen([sys.executable, "-m", "lab.tcpstate", "--out", str(tcp_log), "--dports",
                                 f"{port_base}-{port_base + 99}", "--host", f"{sender}={netns}"],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     record_pid(tb.run_dir, f"sampler-failover-{port_base}", sampler.pid)

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from testbed import cpuuse
-from testbed.fidelity import verdict
-from testbed.rundir import record_pid
+from emulation import cpuuse
+from emulation.fidelity import verdict
+from emulation.rundir import record_pid
 
 
 def test_recorded_processes_get_their_kinds():

@@ -2,7 +2,7 @@
 
 Shared by the integration test (behaviour, with margins) and `bench/incast_fidelity.py` (the goal
 figures over repeated runs). Every figure is given over all 100 ms windows and over the faithful
-ones (no switch had a late event; testbed/fidelity.py); drops are split into those in faithful and
+ones (no switch had a late event; emulation/fidelity.py); drops are split into those in faithful and
 in flagged windows, and the flagged windows with drops are listed.
 """
 
@@ -21,10 +21,10 @@ from typing import TypeVar
 import numpy as np
 
 from controller.advisor import jain_index
-from testbed.fidelity import Verdict, drops_by_window, read_records
-from testbed.net import Testbed
-from testbed.rundir import record_pid, stop_process
-from testbed.traffic import iperf3_parallel
+from emulation.fidelity import Verdict, drops_by_window, read_records
+from emulation.net import Testbed
+from emulation.rundir import record_pid, stop_process
+from emulation.traffic import iperf3_parallel
 from wire.fidelity import WINDOW_S
 
 SENDERS = ("h1", "h2", "h3", "h4", "h6", "h7")  # both leaves of the default fabric
@@ -88,7 +88,7 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
                tcp_state: bool = False) -> IncastResult:
     """Run the incast once (the testbed already in `mode`); measure from omit_s + 0.5 s on.
 
-    tcp_state: sample every sender's TCP state every 10 ms (testbed/tcpstate.py) into tcp<tag>.csv
+    tcp_state: sample every sender's TCP state every 10 ms (lab/tcpstate.py) into tcp<tag>.csv
     in the run directory (IncastResult.tcp_files: sender -> that file)."""
     dst = tb.host(receiver)
     sampler = _start_tcp_sampler(tb, senders, tag) if tcp_state else None
@@ -139,10 +139,10 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
 
 
 def _start_tcp_sampler(tb: Testbed, senders: tuple[str, ...], tag: str) -> subprocess.Popen:
-    """One sampler for every sender's namespace (testbed/tcpstate.py), rows in tcp<tag>.csv."""
+    """One sampler for every sender's namespace (lab/tcpstate.py), rows in tcp<tag>.csv."""
     hosts = [arg for s in senders for arg in ("--host", f"{s}=/proc/{tb.host(s).pid}/ns/net")]
     with (tb.run_dir / f"tcp{tag}.err").open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "testbed.tcpstate", "--out", str(tb.run_dir / f"tcp{tag}.csv"),
+        proc = subprocess.Popen([sys.executable, "-m", "lab.tcpstate", "--out", str(tb.run_dir / f"tcp{tag}.csv"),
                                  "--dports", f"{BASE_PORT}-{BASE_PORT + len(senders) - 1}", *hosts],
                                 stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
     record_pid(tb.run_dir, f"sampler-tcp{tag}", proc.pid)
