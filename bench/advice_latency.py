@@ -34,7 +34,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -43,6 +42,7 @@ from emulation.net import Testbed  # noqa: E402
 from topologies import leafspine  # noqa: E402
 from wire import advice_pb2 as pb  # noqa: E402
 from wire import advice_pb2_grpc as pb_grpc  # noqa: E402
+from wire.stats import percentile  # noqa: E402
 
 SENDER = ROOT / "bench" / "flow_start.py"
 GOAL_MEDIAN_MS, GOAL_P99_MS, GOAL_DECLARED_P99_MS = 5.0, 10.0, 5.0
@@ -89,10 +89,10 @@ class Stages:
         lines = [f"{title}: {len(self.events)} events", f"  {'stage':58} {'median ms':>10} {'p99 ms':>8}"]
         for i, name in enumerate(self.names[1:], start=1):
             deltas = [(e[i] - e[i - 1]) * 1e3 for e in self.events]
-            step_p99 = float(np.percentile(deltas, 99, method="nearest"))
+            step_p99 = percentile(deltas, 99)
             lines.append(f"  {name:58} {statistics.median(deltas):10.2f} {step_p99:8.2f}")
         total = [(e[-1] - e[0]) * 1e3 for e in self.events]
-        median, p99 = statistics.median(total), float(np.percentile(total, 99, method="nearest"))
+        median, p99 = statistics.median(total), percentile(total, 99)
         met = median <= goal_median_ms and p99 <= goal_p99_ms
         lines.append(f"  {'end to end':58} {median:10.2f} {p99:8.2f}   (goal median <= {goal_median_ms:g}, "
                      f"p99 <= {goal_p99_ms:g}: {'met' if met else 'NOT met'}; min {min(total):.1f}, "

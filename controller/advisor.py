@@ -289,9 +289,3 @@ def changed(new: dict[tuple[str, str], float], sent: dict[tuple[str, str], float
     return {key: rate for key, rate in new.items()
             if key not in sent or abs(rate - sent[key]) > tolerance * max(sent[key], 1.0)}
 
-
-def jain_index(values: Sequence[float]) -> float:
-    """Jain's fairness index: 1 when all equal, 1/n when one takes everything."""
-    total = sum(values)
-    squares = sum(v * v for v in values)
-    return total * total / (len(values) * squares) if squares else 1.0

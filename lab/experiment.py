@@ -25,8 +25,6 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 from emulation import budget
 from emulation.fidelity import Verdict
 from emulation.net import Testbed, TestbedError
@@ -35,6 +33,7 @@ from lab.report import write_report
 from lab.results import JobRecord, ModeRun, PortFigures, ScenarioResult, write_results
 from lab.scenario import Fault, JobSpecification, Scenario, ScenarioError
 from topologies.spec import Topology
+from wire.stats import percentile
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView, topology_order
 from workloads.flows import schedule
@@ -195,8 +194,8 @@ def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: 
             done = [f for f in flow_outcome.flows if f.ok]
             fct = [f.fct_s * 1e3 for f in done]
             record.figures = {"flows": len(flow_outcome.flows), "completed": len(done),
-                              "fct_p50_ms": float(np.percentile(fct, 50, method="nearest")) if fct else math.nan,
-                              "fct_p99_ms": float(np.percentile(fct, 99, method="nearest")) if fct else math.nan,
+                              "fct_p50_ms": percentile(fct, 50),
+                              "fct_p99_ms": percentile(fct, 99),
                               "span_s": (max(f.ended for f in done) - min(f.started for f in done)) if done
                               else math.nan}
             record.workdir = str(flow_outcome.workdir)
@@ -293,7 +292,7 @@ def _port_figures(tb: Testbed, before: dict, after: dict, t0: float, t1: float,
 def _p99(values: list[int]) -> float:
     if len(values) < MIN_READINGS:
         return math.nan
-    return float(np.percentile(values, 99, method="nearest"))
+    return percentile(values, 99)
 
 
 class HostRateSampler:

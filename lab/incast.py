@@ -18,14 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-import numpy as np
-
-from controller.advisor import jain_index
 from emulation.fidelity import Verdict, drops_by_window, read_records
 from emulation.net import Testbed
 from emulation.rundir import record_pid, stop_process
 from emulation.traffic import iperf3_parallel
 from wire.fidelity import WINDOW_S
+from wire.stats import jain_index, percentile
 
 SENDERS = ("h1", "h2", "h3", "h4", "h6", "h7")  # both leaves of the default fabric
 RECEIVER = "h5"
@@ -33,11 +31,6 @@ BOTTLENECK = ("s4", 1)  # s4's port to h5
 BASE_PORT = 5301  # iperf3 servers on the receiver: one port per sender
 SECONDS, OMIT_S = 8, 3  # the slow-start queue has drained within 3 s on every run seen
 MIN_FAITHFUL = 0.5  # below this share of faithful windows a measurement is repeated, then refused
-
-
-def percentile(values: list[int] | list[float], p: float) -> float:
-    """The p (0..1) percentile, a value of the list (the lower one when it falls between two); NaN for none."""
-    return float(np.percentile(values, 100 * p, method="lower")) if len(values) else float("nan")
 
 
 @dataclass
@@ -66,7 +59,8 @@ class IncastResult:
         return self.drops_faithful + sum(self.drops_flagged.values())
 
     def p(self, q: float, faithful: bool = True) -> float:
-        return percentile(self.queues_faithful if faithful else self.queues_all, q)
+        """The q (0..1) quantile of the queue readings (faithful windows only unless `faithful` is false)."""
+        return percentile(self.queues_faithful if faithful else self.queues_all, 100 * q)
 
     @property
     def utilisation(self) -> float:

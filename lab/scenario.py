@@ -34,17 +34,15 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from controller.advice import MODES
 from topologies import TopologyError, load_topology
 from topologies.generators import GENERATORS
 from topologies.spec import Topology
+from wire.yamlfile import Fields, parse_yaml, read_file
 from workloads.allreduce.schedule import ALGORITHMS
 from workloads.hosts import parse_size
 
@@ -108,52 +106,17 @@ class Scenario:
 
 
 def load_scenario(path: Path | str) -> Scenario:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read ({exc.strerror})") from None
-    return parse_scenario(text, str(path), base=path.parent)
+    return parse_scenario(read_file(path, ScenarioError), str(path), base=Path(path).parent)
 
 
 def parse_scenario(text: str, source: str = "scenario", base: Path = ROOT) -> Scenario:
-    try:
-        data = yaml.safe_load(text)
-    except (yaml.YAMLError, ValueError, TypeError, AttributeError, RecursionError) as exc:
-        raise ScenarioError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return _Reader(source, base).scenario(data)
+    return _Reader(source, base).scenario(parse_yaml(text, source, ScenarioError))
 
 
-class _Reader:
+class _Reader(Fields):
     def __init__(self, source: str, base: Path) -> None:
-        self.source = source
+        super().__init__(source, ScenarioError)
         self.base = base
-
-    def fail(self, where: str, message: str) -> ScenarioError:
-        return ScenarioError(f"{self.source}: {where}: {message}")
-
-    def mapping(self, value: Any, where: str, allowed: set[str]) -> dict:
-        if not isinstance(value, dict):
-            raise self.fail(where, f"must be a mapping, got {type(value).__name__}")
-        for key in value:
-            if key not in allowed:
-                raise self.fail(f"{where}.{key}" if where else str(key),
-                                f"unknown field (fields: {', '.join(sorted(allowed))})")
-        return value
-
-    def number(self, value: Any, where: str, low: float, high: float = math.inf, integer: bool = False) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise self.fail(where, f"must be a number, got {value!r}")
-        if integer and int(value) != value:
-            raise self.fail(where, f"must be a whole number, got {value!r}")
-        if not low <= value <= high:
-            raise self.fail(where, f"must be in [{low:g}, {high:g}], got {value!r}")
-        return value
-
-    def text(self, value: Any, where: str) -> str:
-        if not isinstance(value, str) or not value:
-            raise self.fail(where, f"must be a non-empty string, got {value!r}")
-        return value
 
     def size(self, value: Any, where: str) -> int:
         try:

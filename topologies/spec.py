@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from wire.cpu import CPU_PORT
+from wire.yamlfile import Fields, parse_yaml, read_file
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*[0-9]+$")
 MAX_PORT = CPU_PORT - 1  # topology ports are 1..254, below the CPU port
@@ -164,156 +165,108 @@ class Topology:
 
 
 def load_topology(path: Path | str) -> Topology:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError as exc:
-        raise TopologyError(f"{path}: not UTF-8 text: {exc}") from None
-    return parse_topology(text, source=str(path))
+    return parse_topology(read_file(path, TopologyError), source=str(path))
 
 
 def parse_topology(text: str, source: str = "topology") -> Topology:
     """A topology from YAML text; TopologyError (naming the field) for anything invalid."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TopologyError(f"{source}: not valid YAML: {exc}") from None
-    except RecursionError:
-        raise TopologyError(f"{source}: not valid YAML: nested too deeply") from None
-    except Exception as exc:  # noqa: BLE001 - PyYAML's constructors: `!!float x` ValueError, `!!timestamp x` AttributeError
-        raise TopologyError(f"{source}: not valid YAML: {type(exc).__name__}: {exc}") from None
-    return topology_from_dict(data, source=source)
+    return topology_from_dict(parse_yaml(text, source, TopologyError), source=source)
 
 
-def _number(value: Any, where: str, *, integer: bool, minimum: float, maximum: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TopologyError(f"{where}: expected a number, got {value!r}")
-    if not math.isfinite(value):
-        raise TopologyError(f"{where}: expected a finite number, got {value!r}")
-    if integer and not float(value).is_integer():
-        raise TopologyError(f"{where}: expected an integer, got {value!r}")
-    if value < minimum:
-        raise TopologyError(f"{where}: must be >= {minimum}, got {value!r}")
-    if value > maximum:
-        raise TopologyError(f"{where}: must be <= {maximum}, got {value!r}")
-    return int(value) if integer else float(value)
-
-
-def _name(value: Any, where: str) -> str:
+def _name(fields: Fields, value: Any, where: str) -> str:
     if not isinstance(value, str) or not NAME_RE.match(value):
-        raise TopologyError(
-            f"{where}: invalid name {value!r} (lower-case letters, digits, '-' or '_', ending in a digit)"
-        )
-    return value
-
-
-def _mapping(value: Any, where: str, allowed: set[str]) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise TopologyError(f"{where}: expected a mapping, got {type(value).__name__}")
-    for key in value:
-        if key not in allowed:
-            raise TopologyError(f"{where}.{key}: unknown field (allowed: {', '.join(sorted(allowed))})")
-    return value
-
-
-def _list(data: dict[str, Any], key: str) -> list[Any]:
-    value = data.get(key, [])
-    if not isinstance(value, list):
-        raise TopologyError(f"{key}: expected a list, got {type(value).__name__}")
+        raise fields.fail(where, f"invalid name {value!r} (lower-case letters, digits, '-' or '_', ending in a digit)")
     return value
 
 
 def topology_from_dict(data: Any, source: str = "topology") -> Topology:
-    data = _mapping(data, source, {"name", "defaults", "switches", "hosts", "links"})
-    name = data.get("name", Path(source).stem)
-    if not isinstance(name, str) or not name:
-        raise TopologyError("name: expected a non-empty string")
-    defaults = _mapping(data.get("defaults", {}) or {}, "defaults", {"capacity_mbps", "queue_pkts"})
-    default_capacity = _number(
-        defaults.get("capacity_mbps", DEFAULT_CAPACITY_MBPS), "defaults.capacity_mbps",
-        integer=False, minimum=0.001, maximum=MAX_CAPACITY_MBPS,
-    )
-    default_queue = _number(
-        defaults.get("queue_pkts", DEFAULT_QUEUE_PKTS), "defaults.queue_pkts", integer=True, minimum=1,
-        maximum=MAX_QUEUE_PKTS,
-    )
-
+    fields = Fields(source, TopologyError)
+    data = fields.mapping(data, "", {"name", "defaults", "switches", "hosts", "links"})
+    name = fields.text(data.get("name", Path(source).stem), "name")
+    defaults = fields.mapping(data.get("defaults", {}) or {}, "defaults", {"capacity_mbps", "queue_pkts"})
+    default_capacity = float(fields.number(defaults.get("capacity_mbps", DEFAULT_CAPACITY_MBPS),
+                                           "defaults.capacity_mbps", 0.001, MAX_CAPACITY_MBPS))
+    default_queue = int(fields.number(defaults.get("queue_pkts", DEFAULT_QUEUE_PKTS), "defaults.queue_pkts", 1,
+                                      MAX_QUEUE_PKTS, integer=True))
     seen: dict[str, str] = {}
-    switches: list[Switch] = []
-    for i, raw in enumerate(_list(data, "switches")):
+    switches = _switches(fields, fields.items(data.get("switches", []), "switches"), seen)
+    hosts = _hosts(fields, fields.items(data.get("hosts", []), "hosts"), seen)
+    links = _links(fields, fields.items(data.get("links", []), "links"), seen, {h.name for h in hosts},
+                   default_capacity, default_queue)
+    topo = Topology(name, switches, hosts, links, {"capacity_mbps": default_capacity, "queue_pkts": default_queue})
+    for i, host in enumerate(hosts):
+        count = len(topo.links_of(host.name))
+        if count != 1:
+            raise fields.fail(f"hosts[{i}]", f"host {host.name} has {count} links; exactly one is needed")
+    return topo
+
+
+def _node_name(fields: Fields, raw: dict[str, Any], where: str, seen: dict[str, str]) -> str:
+    name = _name(fields, raw.get("name"), f"{where}.name")
+    if name in seen:
+        raise fields.fail(f"{where}.name", f"duplicate node name {name!r} (also {seen[name]})")
+    seen[name] = where
+    return name
+
+
+def _switches(fields: Fields, items: list[Any], seen: dict[str, str]) -> list[Switch]:
+    switches = []
+    for i, raw in enumerate(items):
         where = f"switches[{i}]"
-        raw = _mapping(raw, where, {"name", "role"})
-        sw_name = _name(raw.get("name"), f"{where}.name")
-        if sw_name in seen:
-            raise TopologyError(f"{where}.name: duplicate node name {sw_name!r} (also {seen[sw_name]})")
+        raw = fields.mapping(raw, where, {"name", "role"})
+        name = _node_name(fields, raw, where, seen)
         role = raw.get("role", "switch")
         if role not in SWITCH_ROLES:
-            raise TopologyError(f"{where}.role: unknown role {role!r} (one of {', '.join(SWITCH_ROLES)})")
-        seen[sw_name] = where
-        switches.append(Switch(sw_name, role))
+            raise fields.fail(f"{where}.role", f"unknown role {role!r} (one of {', '.join(SWITCH_ROLES)})")
+        switches.append(Switch(name, role))
     if not switches:
-        raise TopologyError("switches: at least one switch is needed")
+        raise fields.fail("switches", "at least one switch is needed")
+    return switches
 
-    hosts: list[Host] = []
-    for i, raw in enumerate(_list(data, "hosts")):
-        where = f"hosts[{i}]"
-        raw = _mapping(raw, where, {"name"})
-        host_name = _name(raw.get("name"), f"{where}.name")
-        if host_name in seen:
-            raise TopologyError(f"{where}.name: duplicate node name {host_name!r} (also {seen[host_name]})")
-        seen[host_name] = where
-        hosts.append(Host(host_name))
 
+def _hosts(fields: Fields, items: list[Any], seen: dict[str, str]) -> list[Host]:
+    return [Host(_node_name(fields, fields.mapping(raw, f"hosts[{i}]", {"name"}), f"hosts[{i}]", seen))
+            for i, raw in enumerate(items)]
+
+
+def _links(fields: Fields, items: list[Any], seen: dict[str, str], host_names: set[str], default_capacity: float,
+           default_queue: int) -> list[Link]:
     next_port: dict[str, int] = {}
     used_ports: dict[tuple[str, int], str] = {}
     links: list[Link] = []
     pairs: set[frozenset[str]] = set()
-    host_names = {h.name for h in hosts}
-    for i, raw in enumerate(_list(data, "links")):
+    for i, raw in enumerate(items):
         where = f"links[{i}]"
-        raw = _mapping(raw, where, {"a", "b", "a_port", "b_port", "capacity_mbps", "queue_pkts"})
+        raw = fields.mapping(raw, where, {"a", "b", "a_port", "b_port", "capacity_mbps", "queue_pkts"})
         ends = []
         for end in ("a", "b"):
             node = raw.get(end)
             if not isinstance(node, str) or node not in seen:
-                raise TopologyError(f"{where}.{end}: unknown node {node!r}")
+                raise fields.fail(f"{where}.{end}", f"unknown node {node!r}")
             ends.append(node)
         a, b = ends
         if a == b:
-            raise TopologyError(f"{where}.b: a link cannot connect {a} to itself")
+            raise fields.fail(f"{where}.b", f"a link cannot connect {a} to itself")
         if a in host_names and b in host_names:
-            raise TopologyError(f"{where}: hosts {a} and {b} cannot be linked directly")
-        pair = frozenset((a, b))
-        if pair in pairs:
-            raise TopologyError(f"{where}: duplicate link between {a} and {b}")
-        pairs.add(pair)
+            raise fields.fail(where, f"hosts {a} and {b} cannot be linked directly")
+        if frozenset((a, b)) in pairs:
+            raise fields.fail(where, f"duplicate link between {a} and {b}")
+        pairs.add(frozenset((a, b)))
         ports: list[int] = []
         for end, node in (("a", a), ("b", b)):
             key = f"{end}_port"
-            if key in raw:
-                port = int(_number(raw[key], f"{where}.{key}", integer=True, minimum=1, maximum=MAX_PORT))
-            else:
-                port = next_port.get(node, 0) + 1
+            port = int(fields.number(raw[key], f"{where}.{key}", 1, MAX_PORT, integer=True)) if key in raw \
+                else next_port.get(node, 0) + 1
             if port > MAX_PORT:
-                raise TopologyError(f"{where}.{key}: port {port} exceeds {MAX_PORT}")
+                raise fields.fail(f"{where}.{key}", f"port {port} exceeds {MAX_PORT}")
             if (node, port) in used_ports:
-                raise TopologyError(f"{where}.{key}: port {port} of {node} already used by {used_ports[(node, port)]}")
+                raise fields.fail(f"{where}.{key}", f"port {port} of {node} already used by {used_ports[(node, port)]}")
             used_ports[(node, port)] = where
             next_port[node] = max(next_port.get(node, 0), port)
             ports.append(port)
-        capacity = _number(
-            raw.get("capacity_mbps", default_capacity), f"{where}.capacity_mbps", integer=False, minimum=0.001,
-            maximum=MAX_CAPACITY_MBPS,
-        )
-        queue = int(_number(raw.get("queue_pkts", default_queue), f"{where}.queue_pkts", integer=True, minimum=1,
-                            maximum=MAX_QUEUE_PKTS))
+        capacity = float(fields.number(raw.get("capacity_mbps", default_capacity), f"{where}.capacity_mbps", 0.001,
+                                       MAX_CAPACITY_MBPS))
+        queue = int(fields.number(raw.get("queue_pkts", default_queue), f"{where}.queue_pkts", 1, MAX_QUEUE_PKTS,
+                                  integer=True))
         links.append(Link(a, b, ports[0], ports[1], capacity, queue))
-
-    topo = Topology(
-        name, switches, hosts, links, {"capacity_mbps": default_capacity, "queue_pkts": default_queue}
-    )
-    for i, host in enumerate(hosts):
-        count = len(topo.links_of(host.name))
-        if count != 1:
-            raise TopologyError(f"hosts[{i}]: host {host.name} has {count} links; exactly one is needed")
-    return topo
+    return links

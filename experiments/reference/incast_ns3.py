@@ -41,9 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from controller.advisor import jain_index  # noqa: E402
-from lab.incast import RECEIVER, SENDERS, percentile  # noqa: E402
+from lab.incast import RECEIVER, SENDERS  # noqa: E402
 from topologies import leafspine  # noqa: E402
+from wire.stats import jain_index, percentile  # noqa: E402
 
 BOTTLENECK_PORT_OF = ("s4", RECEIVER)  # the switch port toward the receiver
 ECN_THRESHOLD_PKTS = 16
@@ -234,10 +234,10 @@ def run(mode: str, seconds: float, omit: float, link_delay_us: float, seed: int)
     marks = [b - a for a, b in zip(ref.marksAt[0], ref.marksAt[1], strict=True)]
     cwnd = [sorted(samples)[len(samples) // 2] if len(samples) else 0 for samples in ref.cwndSamples]
     ns.Simulator.Destroy()
-    return {"mode": mode, "queue_p50": percentile(reported, 0.50), "queue_p90": percentile(reported, 0.90),
-            "queue_p99": percentile(reported, 0.99), "queue_readings": len(reported),
-            "per_packet_queue_p50": percentile(queue, 0.50), "per_packet_queue_p90": percentile(queue, 0.90),
-            "per_packet_queue_p99": percentile(queue, 0.99), "queue_samples": len(queue),
+    return {"mode": mode, "queue_p50": percentile(reported, 50), "queue_p90": percentile(reported, 90),
+            "queue_p99": percentile(reported, 99), "queue_readings": len(reported),
+            "per_packet_queue_p50": percentile(queue, 50), "per_packet_queue_p90": percentile(queue, 90),
+            "per_packet_queue_p99": percentile(queue, 99), "queue_samples": len(queue),
             "drops_per_s": drops[0] / span, "drops_bottleneck": drops[0], "drops_other_ports": sum(drops[1:]),
             "ce_marks_bottleneck": marks[0], "ce_marks_other_ports": sum(marks[1:]),
             "goodput_mbps": [round(g, 3) for g in goodput], "cwnd_median_segments": cwnd, "jain": jain_index(goodput),

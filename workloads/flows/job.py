@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from controller.advisor import jain_index
 from emulation.rundir import new_run_dir
+from wire.stats import jain_index, percentile
 from workloads.fabric import FabricView
 from workloads.flows.schedule import Flow
 from workloads.hosts import BackgroundJob, Endpoint, JobError, LocalSpawner, ProcessGroup, Spawner, format_size
@@ -82,7 +82,7 @@ class FlowOutcome:
     def summary(self) -> str:
         done = [f for f in self.flows if f.ok]
         fct = np.array([f.fct_s * 1e3 for f in done]) if done else np.array([float("nan")])
-        p50, p99 = np.percentile(fct, [50, 99], method="nearest")  # nearest rank: with few flows, p99 is the max
+        p50, p99 = percentile(fct, 50), percentile(fct, 99)
         return (f"{self.name}: done, {self.kind}, {self.completed} of {len(self.flows)} flows completed, FCT p50 "
                 f"{p50:.0f} ms p99 {p99:.0f} ms ({self.workdir})")
 
@@ -116,8 +116,7 @@ def format_background(outcome: FlowOutcome) -> str:
         if done:
             fct = np.array([f.fct_s * 1e3 for f in done])
             good = np.array([f.goodput_mbps for f in done])
-            stats = (f"{np.percentile(fct, 50, method='nearest'):8.0f} {np.percentile(fct, 99, method='nearest'):8.0f} "
-                     f"{np.percentile(good, 50, method='nearest'):12.2f}")
+            stats = f"{percentile(fct, 50):8.0f} {percentile(fct, 99):8.0f} {percentile(good, 50):12.2f}"
         else:
             stats = f"{'-':>8} {'-':>8} {'-':>12}"
         lines.append(f"  {label:>12} {len(group):>6} {len(group) - len(done):>6} {stats}")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.advisor import AdvisorParams, Demand, LinkState, advise, changed, jain_index, water_fill
+from controller.advisor import AdvisorParams, Demand, LinkState, advise, changed, water_fill
+from wire.stats import jain_index
 
 M = 1e6
 NO_HEADROOM = AdvisorParams(eta=1.0, drain_s=0.0)

@@ -36,17 +36,17 @@ def test_unknown_node_names_the_field():
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
-        (("links", 0, "capacity_mbps"), -5, r"links\[0\]\.capacity_mbps: must be >= "),
-        (("links", 1, "queue_pkts"), 2.5, r"links\[1\]\.queue_pkts: expected an integer"),
+        (("links", 0, "capacity_mbps"), -5, r"links\[0\]\.capacity_mbps: must be in \[0\.001, "),
+        (("links", 1, "queue_pkts"), 2.5, r"links\[1\]\.queue_pkts: must be a whole number"),
         (("switches", 0, "role"), "router", r"switches\[0\]\.role: unknown role"),
         (("hosts", 0, "name"), "H 1", r"hosts\[0\]\.name: invalid name"),
         # Found by tests/fuzz/fuzz_topology.py: each used to pass the loader and fail later.
-        (("links", 4, "capacity_mbps"), float("inf"), r"links\[4\]\.capacity_mbps: expected a finite number"),
-        (("links", 4, "capacity_mbps"), float("nan"), r"links\[4\]\.capacity_mbps: expected a finite number"),
-        (("links", 0, "capacity_mbps"), 1e12, r"links\[0\]\.capacity_mbps: must be <= "),
-        (("links", 0, "queue_pkts"), 10**11, r"links\[0\]\.queue_pkts: must be <= 524287"),
+        (("links", 4, "capacity_mbps"), float("inf"), r"links\[4\]\.capacity_mbps: must be a finite number"),
+        (("links", 4, "capacity_mbps"), float("nan"), r"links\[4\]\.capacity_mbps: must be a finite number"),
+        (("links", 0, "capacity_mbps"), 1e12, r"links\[0\]\.capacity_mbps: must be in \[0\.001, 100000\]"),
+        (("links", 0, "queue_pkts"), 10**11, r"links\[0\]\.queue_pkts: must be in \[1, 524287\]"),
         (("links", 0, "b"), {}, r"links\[0\]\.b: unknown node \{\}"),
-        (("links", 0, "a_port"), 300, r"links\[0\]\.a_port: must be <= 254"),
+        (("links", 0, "a_port"), 300, r"links\[0\]\.a_port: must be in \[1, 254\]"),
     ],
 )
 def test_bad_fields_are_named(path, value, message):
