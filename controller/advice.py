@@ -25,6 +25,7 @@ from controller.advisor import AdvisorParams, Demand, LinkState, advise, changed
 from controller.telemetry import Collector, TelemetrySnapshot
 from topologies.addressing import AddressPlan
 from topologies.spec import LinkId, Topology, egress_link, nic_link
+from wire import runfiles
 
 log = logging.getLogger("controller.advice")
 T = TypeVar("T")
@@ -69,7 +70,7 @@ class AdviceLoop:
         self.epoch = 0
         self.decisions = 0
         self._inputs_seen: tuple | None = None
-        self._series = (run_dir / "advice.csv").open("a", newline="")
+        self._series = (run_dir / runfiles.ADVICE).open("a", newline="")
         self._writer = csv.writer(self._series)
         if self._series.tell() == 0:
             self._writer.writerow(["time", "epoch", "src", "dst", "rate_bps", "reason"])

@@ -41,6 +41,7 @@ from controller.telemetry import Collector, HopLateness
 from topologies.addressing import AddressPlan
 from topologies.spec import load_topology
 from wire import advice_pb2 as pb
+from wire import runfiles
 from wire.cpu import REASON_INT_REPORT, REASON_PROBE
 from wire.fidelity import WINDOW_S, FidelityWindows, watch_loop_lag
 from wire.p4info import DEFAULT_P4INFO, P4Schema
@@ -63,17 +64,17 @@ class Controller:
         self.int_sample_log2 = int_sample_log2
         self.run_dir = run_dir
         self.schema = schema
-        self.topo = load_topology(run_dir / "topology.yaml")
+        self.topo = load_topology(run_dir / runfiles.TOPOLOGY)
         self.plan = AddressPlan(self.topo)
-        info = json.loads((run_dir / "switches.json").read_text())
+        info = json.loads((run_dir / runfiles.SWITCHES).read_text())
         self.switch_info = info["switches"]
         self.schemas: dict[str, P4Schema] = {}
         self.sessions: dict[str, SwitchSession] = {}
         self.stopping = asyncio.Event()
         self.packet_ins = 0
         self.collector = Collector({self.plan.switches[s.name].device_id: s.name for s in self.topo.switches},
-                                   series=run_dir / "telemetry.csv", lateness=self._hop_lateness(fidelity_file),
-                                   flow_log=run_dir / "int-flows.csv")
+                                   series=run_dir / runfiles.TELEMETRY, lateness=self._hop_lateness(fidelity_file),
+                                   flow_log=run_dir / runfiles.INT_FLOWS)
         self.advice = AdviceLoop(self.topo, self.plan, self.collector, run_dir, mode,
                                  AdvisorParams(eta=eta, drain_s=drain_s, queue_allowance_pkts=2), interval_s)
         self.loop_lag: FidelityWindows | None = None  # set by main(): event-loop lag into fidelity.csv
@@ -85,12 +86,12 @@ class Controller:
         self.loss = LinkLoss(self.topo)
         self.localizer = Localizer(self.topo)
         self.localized_at = 0.0
-        self.diagnosis_log = (run_dir / "diagnosis.csv").open("a")
+        self.diagnosis_log = (run_dir / runfiles.DIAGNOSIS).open("a")
         if self.diagnosis_log.tell() == 0:
             self.diagnosis_log.write("time,target,fault,score,evidence\n")
         self._pending: set[asyncio.Task] = set()  # re-routes started by port events
         self.device_names = {self.plan.switches[s.name].device_id: s.name for s in self.topo.switches}
-        self.timeline = (run_dir / "links.csv").open("a")
+        self.timeline = (run_dir / runfiles.LINKS).open("a")
         if self.timeline.tell() == 0:
             self.timeline.write("time,link,state,detected_wall,routes_written_ms,route_updates,advice_decided_ms\n")
 
@@ -113,7 +114,7 @@ class Controller:
     def _session(self, name: str) -> SwitchSession:
         sw = self.switch_info[name]
         return SwitchSession(name, sw["grpc"], sw["device_id"], self._schema(name),
-                             request_log=self.run_dir / "p4runtime-requests.log")
+                             request_log=self.run_dir / runfiles.P4RUNTIME_LOG)
 
     async def program(self, session: SwitchSession, routes: list[Route]) -> int:
         device_config = self.switch_info[session.name].get("device_config")
@@ -134,7 +135,7 @@ class Controller:
         counts = await asyncio.gather(*(self.program(self.sessions[n], routes[n]) for n in names))
         for name, count in zip(names, counts, strict=True):
             log.info("%s programmed: %d updates", name, count)
-        (self.run_dir / "controller.ready").write_text(json.dumps(dict(zip(names, counts, strict=True))))
+        (self.run_dir / runfiles.CONTROLLER_READY).write_text(json.dumps(dict(zip(names, counts, strict=True))))
 
     def _packet_in_handlers(self) -> dict[int, Callable[[str, p4r.PacketIn], object]]:
         """PacketIn dispatch by packet_in.reason (wire/cpu.py): one table, one place to add a reason."""
@@ -404,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fidelity-file", type=Path,
                         help="append event-loop lag and BMv2 switches' lateness (from INT) per 100 ms window here")
     args = parser.parse_args(argv)
-    logging.basicConfig(filename=args.run_dir / "controller.log", level=args.log_level.upper(),
+    logging.basicConfig(filename=args.run_dir / runfiles.CONTROLLER_LOG, level=args.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sample = None if args.int_sample_log2 < 0 else args.int_sample_log2
     if args.probe_ms < 0 or args.probe_misses < 1 or args.hold_down_ms < 0:

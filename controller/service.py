@@ -16,8 +16,9 @@ from controller.p4rt_client import SwitchError
 from controller.telemetry import Collector
 from wire import advice_pb2 as pb
 from wire import advice_pb2_grpc as pb_grpc
+from wire import runfiles
 
-SOCKET_NAME = "controller.sock"
+SOCKET_NAME = runfiles.CONTROLLER_SOCK
 T = TypeVar("T")
 
 
@@ -170,24 +171,6 @@ async def start_server(run_dir: Path, collector: Collector, loop: AdviceLoop,
         port = server.add_insecure_port("127.0.0.1:0")
         address = f"127.0.0.1:{port}"
     await server.start()
-    (run_dir / "controller.addr").write_text(address + "\n")
+    (run_dir / runfiles.CONTROLLER_ADDR).write_text(address + "\n")
     return server
 
-
-def channel(run_dir: Path) -> grpc.Channel:
-    """A channel to the controller of the run in `run_dir`."""
-    return grpc.insecure_channel((run_dir / "controller.addr").read_text().strip())
-
-
-def diagnose(run_dir: Path, timeout_s: float = 3.0) -> pb.Diagnosis:
-    """Synchronous Diagnose for the CLI, the evaluation and tests."""
-    with channel(run_dir) as ch:
-        return pb_grpc.AdviceStub(ch).Diagnose(pb.DiagnoseRequest(), timeout=timeout_s)
-
-
-def get_state(run_dir: Path, switch: str = "", port: int = 0, include_flows: bool = False,
-              timeout_s: float = 3.0) -> pb.State:
-    """Synchronous GetState for the CLI and tests."""
-    with channel(run_dir) as ch:
-        return pb_grpc.AdviceStub(ch).GetState(
-            pb.GetStateRequest(switch=switch, port=port, include_flows=include_flows), timeout=timeout_s)

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from topologies.spec import LinkId, egress_link
+from wire import runfiles
 from wire.fidelity import BMV2_RATE_PKT_BYTES, FidelityWindows
 from wire.intmd import DSCP_INT, UNKNOWN32, Hop, IntFormatError, IntStack, int_length, l4_header_length, parse
 
@@ -36,7 +37,7 @@ MIN_RATE_INTERVAL_US = 20_000
 STANDING_WINDOW_US = 20_000
 BACKLOG_PKTS = 3  # drain rates: both samples found at least this queue ...
 BACKLOG_INTERVAL_US = 20_000  # ... and left at most this far apart
-SERIES_FIELDS = ["time", "switch", "port", "queue_pkts", "hop_latency_us", "tx_rate_mbps", "utilisation"]
+SERIES_FIELDS = runfiles.TELEMETRY_FIELDS
 
 
 @dataclass

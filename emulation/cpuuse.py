@@ -25,10 +25,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wire import runfiles
 from wire.fidelity import WINDOW_S
 from wire.realtime import HZ, cpu_seconds
 
-CPU_CSV = "cpu.csv"
+CPU_CSV = runfiles.CPU
 CORES = os.cpu_count() or 1
 REFRESH_PIDS_S = 1.0
 KINDS = ("switches", "controller", "agents", "workloads", "samplers", "testbed")
@@ -103,7 +104,7 @@ class CpuSampler:
 
     def _refresh_pids(self) -> None:
         labels = {os.getpid(): ("testbed", "testbed")}
-        for pid_file in (self.run_dir / "pids").glob("*.pid"):
+        for pid_file in (self.run_dir / runfiles.PIDS).glob("*.pid"):
             try:
                 pid = int(pid_file.read_text().split()[0])
             except (OSError, ValueError, IndexError):

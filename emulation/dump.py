@@ -14,11 +14,12 @@ import grpc
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
-from controller.service import channel as controller_channel
-from controller.service import get_state
 from emulation import p4read
 from wire import advice_pb2 as pb
 from wire import advice_pb2_grpc as pb_grpc
+from wire import runfiles
+from wire.adviceclient import channel as controller_channel
+from wire.adviceclient import get_state
 from wire.p4info import P4Schema
 from wire.proto import p4r
 
@@ -88,7 +89,7 @@ def dump_fabric(tb: Testbed, path: Path, reason: str = "") -> Path:
             lines += switch_dump(name, proc.grpc_address, proc.device_id, schema)
         except Exception as exc:  # noqa: BLE001 - a post-mortem reports what it could not read
             lines.append(f"== switch {name}: {type(exc).__name__}: {exc}")
-        stats = tb.run_dir / "switches" / f"{name}.stats.json"
+        stats = tb.run_dir / runfiles.switch_stats(name)
         if stats.exists():
             lines.append("-- soft switch stats")
             lines.append(json.dumps(json.loads(stats.read_text()), indent=1, sort_keys=True))

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from emulation.cpuuse import CpuUsage
+from wire import runfiles
 from wire.fidelity import WINDOW_S
 
-FIDELITY_CSV = "fidelity.csv"
+FIDELITY_CSV = runfiles.FIDELITY
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ Everything started is recorded in the run directory so `make clean` can end it i
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
@@ -21,7 +20,6 @@ from mininet.link import Link
 from mininet.log import info
 from mininet.net import Mininet
 
-from controller.service import channel
 from emulation import cpuuse
 from emulation import fidelity as fid
 from emulation.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_missing, log_tail
@@ -34,7 +32,8 @@ from topologies.addressing import AddressPlan
 from topologies.spec import Topology
 from wire import advice_pb2 as pb
 from wire import advice_pb2_grpc as pb_grpc
-from wire import faultsfile
+from wire import faultsfile, runfiles
+from wire.adviceclient import channel
 from wire.fidelity import create_file
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 from wire.realtime import DEFAULT_PRIORITY, WATCHDOG_PRIORITY, RealtimeError, promote
@@ -112,7 +111,7 @@ class Testbed:
 
     def _start(self) -> None:
         self.started_at = time.time()
-        (self.run_dir / "topology.yaml").write_text(self.topo.to_yaml())
+        (self.run_dir / runfiles.TOPOLOGY).write_text(self.topo.to_yaml())
         create_file(self.fidelity_path)
         self.cpu = cpuuse.CpuSampler(self.run_dir).start()
         try:
@@ -173,7 +172,7 @@ class Testbed:
             sw.launch()
         for sw in self.switches.values():
             sw.wait_ready()
-        (self.run_dir / "switches.json").write_text(json.dumps({
+        (self.run_dir / runfiles.SWITCHES).write_text(json.dumps({
             "dataplane": self.dataplane,
             "switches": {name: sw.process.describe() for name, sw in self.switches.items()},
         }, indent=1))
@@ -197,14 +196,14 @@ class Testbed:
         windows faithful); at the switches' priority p99 3, no drop, 93% faithful; one below, p99
         1, no drop, 95% faithful, loop lag <= 19 ms."""
         self._end_rtwatch()
-        watched = {name: (sw.process.proc.pid, self.run_dir / "switches" / f"{name}.log")
+        watched = {name: (sw.process.proc.pid, self.run_dir / runfiles.switch_log(name))
                    for name, sw in self.switches.items()
                    if sw.process.proc is not None and sw.process.scheduling.startswith("fifo")}
         if not watched:
             return  # the switches could not be promoted (not root): nor can the rest
         assert self.controller is not None
-        control = {"controller": (self.controller.pid, self.run_dir / "controller.log"),
-                   **{name: (proc.pid, self.run_dir / "hostagents" / f"{name}.log")
+        control = {"controller": (self.controller.pid, self.run_dir / runfiles.CONTROLLER_LOG),
+                   **{name: (proc.pid, self.run_dir / runfiles.HOSTAGENTS / f"{name}.log")
                       for name, proc in self.agents.items()}}
         for name, (pid, _) in control.items():
             try:
@@ -213,7 +212,7 @@ class Testbed:
                 info(f"*** {name} stays at normal priority: {exc}\n")
                 continue
             watched[name] = control[name]
-        log_path = self.run_dir / "rtwatch.log"
+        log_path = self.run_dir / runfiles.RTWATCH_LOG
         with log_path.open("ab") as out:
             rtwatch = self.rtwatch = subprocess.Popen(
                 [sys.executable, "-m", "emulation.rtwatch",
@@ -233,7 +232,7 @@ class Testbed:
             self.rtwatch = None
 
     def _start_controller(self) -> None:
-        log_path = self.run_dir / "controller.out"
+        log_path = self.run_dir / runfiles.CONTROLLER_OUT
         with log_path.open("ab") as out:
             self.controller = subprocess.Popen(
                 [sys.executable, "-m", "controller", "--run-dir", str(self.run_dir),
@@ -241,7 +240,7 @@ class Testbed:
                  "--fidelity-file", str(self.fidelity_path), *self.controller_args],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         record_pid(self.run_dir, "controller", self.controller.pid)
-        ready = self.run_dir / "controller.ready"
+        ready = self.run_dir / runfiles.CONTROLLER_READY
         deadline = time.monotonic() + CONTROLLER_READY_S
         while not ready.exists():
             if self.controller.poll() is not None:
@@ -254,10 +253,10 @@ class Testbed:
 
     def _start_agents(self) -> None:
         assert self.net is not None, "agents start after the network is built"
-        (self.run_dir / "hostagents").mkdir(exist_ok=True)
+        (self.run_dir / runfiles.HOSTAGENTS).mkdir(exist_ok=True)
         for host in self.net.hosts:
             address = self.plan.hosts[host.name]
-            out = (self.run_dir / "hostagents" / f"{host.name}.out").open("ab")
+            out = (self.run_dir / runfiles.HOSTAGENTS / f"{host.name}.out").open("ab")
             proc = host.popen([sys.executable, "-m", "hostagent", "--run-dir", str(self.run_dir), "--host", host.name,
                                "--ip", address.ip, "--intf", host.defaultIntf().name,
                                "--fidelity-file", str(self.fidelity_path)],
@@ -267,7 +266,7 @@ class Testbed:
             record_pid(self.run_dir, f"agent-{host.name}", proc.pid)
         deadline = time.monotonic() + 20
         for name, proc in self.agents.items():
-            log = self.run_dir / "hostagents" / f"{name}.log"
+            log = self.run_dir / runfiles.HOSTAGENTS / f"{name}.log"
             while not (log.exists() and "registered" in log.read_text()):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise TestbedError(f"host agent {name} did not register:\n"
@@ -277,7 +276,7 @@ class Testbed:
     def restart_controller(self) -> None:
         """End the controller and start it again (agents must reconnect on their own)."""
         self._end_controller()
-        (self.run_dir / "controller.ready").unlink(missing_ok=True)
+        (self.run_dir / runfiles.CONTROLLER_READY).unlink(missing_ok=True)
         self._start_controller()
         if self.realtime_priority:
             self._provision_realtime()
@@ -311,13 +310,13 @@ class Testbed:
         if self._allowed_cc_before is not None:
             restore_allowed(self._allowed_cc_before)
             self._allowed_cc_before = None
-        (self.run_dir / "stopped").write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
+        (self.run_dir / runfiles.STOPPED).write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
         if self.cpu is not None:
             self.cpu.stop()
         if self.ready_at:
             self.last_verdict = self.verdict(self.ready_at, time.time())
             line = f"fidelity: {self.last_verdict.line()}"
-            (self.run_dir / "fidelity.txt").write_text(line + "\n" + "".join(
+            (self.run_dir / runfiles.FIDELITY_TXT).write_text(line + "\n" + "".join(
                 f"  flagged {entry}\n" for entry in self.last_verdict.flagged_lines()))
             info(f"*** {line}\n")
             self.ready_at = 0.0
@@ -430,11 +429,7 @@ class Testbed:
 
     def links_timeline(self) -> list[dict]:
         """The controller's link timeline (links.csv): one row per link that failed or came back."""
-        path = self.run_dir / "links.csv"
-        if not path.exists():
-            return []
-        with path.open() as f:
-            return list(csv.DictReader(f))
+        return runfiles.read_rows(self.run_dir / runfiles.LINKS)
 
     def set_mode(self, mode: str, timeout_s: float = 5.0) -> None:
         """Switch the control mode (the controller's SetMode) and wait until every host agent has
@@ -456,7 +451,7 @@ class Testbed:
                 time.sleep(0.02)
 
     def _agent_in_mode(self, name: str, mode: str) -> bool:
-        log = self.run_dir / "hostagents" / f"{name}.log"
+        log = self.run_dir / runfiles.HOSTAGENTS / f"{name}.log"
         lines = [line for line in log.read_text().splitlines() if ": mode " in line] if log.exists() else []
         return bool(lines) and f": mode {mode} (" in lines[-1]
 
@@ -470,5 +465,5 @@ class Testbed:
 
     def switch_stats(self, name: str) -> dict:
         """The soft switch's own per-port queue/drop counters (written every 0.5 s)."""
-        path = self.run_dir / "switches" / f"{name}.stats.json"
+        path = self.run_dir / runfiles.switch_stats(name)
         return json.loads(path.read_text())

@@ -15,6 +15,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from wire import runfiles
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RUNS = PROJECT_ROOT / "runs"
 
@@ -22,8 +24,8 @@ RUNS = PROJECT_ROOT / "runs"
 def new_run_dir(name: str, base: Path = RUNS) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     path = base / f"{stamp}-{name}"
-    (path / "pids").mkdir(parents=True)
-    (path / "switches").mkdir()
+    (path / runfiles.PIDS).mkdir(parents=True)
+    (path / runfiles.SWITCH_DIR).mkdir()
     return path
 
 
@@ -37,21 +39,21 @@ def process_start_time(pid: int) -> str | None:
 
 def record_pid(run_dir: Path, label: str, pid: int) -> None:
     start = process_start_time(pid) or "?"
-    (run_dir / "pids" / f"{label}.pid").write_text(f"{pid} {start}\n")
+    (run_dir / runfiles.PIDS / f"{label}.pid").write_text(f"{pid} {start}\n")
 
 
 def forget_pid(run_dir: Path, label: str) -> None:
-    (run_dir / "pids" / f"{label}.pid").unlink(missing_ok=True)
+    (run_dir / runfiles.PIDS / f"{label}.pid").unlink(missing_ok=True)
 
 
 def record_interfaces(run_dir: Path, names: list[str]) -> None:
-    with (run_dir / "interfaces.txt").open("a") as f:
+    with (run_dir / runfiles.INTERFACES).open("a") as f:
         for name in names:
             f.write(name + "\n")
 
 
 def record_netns(run_dir: Path, names: list[str]) -> None:
-    with (run_dir / "netns.txt").open("a") as f:
+    with (run_dir / runfiles.NETNS).open("a") as f:
         for name in names:
             f.write(name + "\n")
 
@@ -94,7 +96,7 @@ def end_process(pid: int, start: str, grace_s: float = 2.0) -> bool:
 def clean_run(run_dir: Path) -> list[str]:
     """End recorded processes, delete recorded interfaces and namespaces of one run; say what was done."""
     done = []
-    for pid_file in sorted((run_dir / "pids").glob("*.pid")):
+    for pid_file in sorted((run_dir / runfiles.PIDS).glob("*.pid")):
         try:
             pid_text, start = pid_file.read_text().split()
             pid = int(pid_text)
@@ -108,8 +110,8 @@ def clean_run(run_dir: Path) -> list[str]:
         pid_file.unlink(missing_ok=True)
     # Interfaces first: deleting a veth end in the root namespace removes its peer in a namespace.
     for listing, exists, delete, what in (
-        ("interfaces.txt", "/sys/class/net/{}", ["ip", "link", "del"], "interface"),
-        ("netns.txt", "/run/netns/{}", ["ip", "netns", "del"], "network namespace"),
+        (runfiles.INTERFACES, "/sys/class/net/{}", ["ip", "link", "del"], "interface"),
+        (runfiles.NETNS, "/run/netns/{}", ["ip", "netns", "del"], "network namespace"),
     ):
         path = run_dir / listing
         if not path.exists():
@@ -126,6 +128,6 @@ def clean_all(base: Path = RUNS) -> list[str]:
     done = []
     if base.exists():
         for run_dir in sorted(base.iterdir()):
-            if (run_dir / "pids").is_dir():
+            if (run_dir / runfiles.PIDS).is_dir():
                 done += clean_run(run_dir)
     return done

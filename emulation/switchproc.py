@@ -22,13 +22,13 @@ import grpc
 
 from emulation.ports import port_answers
 from emulation.rundir import PROJECT_ROOT, forget_pid, record_pid, stop_process
-from wire import faultsfile
+from wire import faultsfile, runfiles
 from wire.cpu import CPU_PORT
 from wire.fidelity import BMV2_RATE_PKT_BYTES
 from wire.proto import p4r, p4r_grpc
 from wire.realtime import RealtimeError, promote
 
-FIDELITY_CSV = "fidelity.csv"
+FIDELITY_CSV = runfiles.FIDELITY
 READY_TIMEOUT_S = 30.0
 BMV2_TOOLS = ("simple_switch_grpc", "p4c-bm2-ss")
 BUILD_DIR = PROJECT_ROOT / "build"
@@ -100,8 +100,8 @@ class SwitchProcess:
         self.ports = sorted(ports)
         self.shapes = shapes
         self.proc: subprocess.Popen | None = None
-        (self.run_dir / "switches").mkdir(parents=True, exist_ok=True)
-        self.log_path = self.run_dir / "switches" / f"{name}.log"
+        (self.run_dir / runfiles.SWITCH_DIR).mkdir(parents=True, exist_ok=True)
+        self.log_path = self.run_dir / runfiles.switch_log(name)
 
     @property
     def grpc_address(self) -> str:
@@ -182,7 +182,7 @@ class SoftSwitchProcess(SwitchProcess):
 
     @property
     def stats_path(self) -> Path:
-        return self.run_dir / "switches" / f"{self.name}.stats.json"
+        return self.run_dir / runfiles.switch_stats(self.name)
 
     @property
     def faults_path(self) -> Path:
@@ -233,7 +233,7 @@ class Bmv2SwitchProcess(SwitchProcess):
         for port, intf in self.ports:
             cmd += ["-i", f"{port}@{intf}"]
         if self.log_level:
-            cmd += ["--log-file", str(self.run_dir / "switches" / f"{self.name}.bmv2"), "--log-level",
+            cmd += ["--log-file", str(self.run_dir / runfiles.SWITCH_DIR / f"{self.name}.bmv2"), "--log-level",
                     self.log_level, "--log-flush"]
         if self.pcap_dir:
             cmd += ["--pcap", str(self.pcap_dir)]

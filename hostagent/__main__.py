@@ -29,6 +29,7 @@ from hostagent.pacer import HtbPacer
 from hostagent.tcpsettings import TcpSettingsError, apply_mode
 from wire import advice_pb2 as pb
 from wire import advice_pb2_grpc as pb_grpc
+from wire import adviceclient, runfiles
 from wire.fidelity import FidelityWindows, watch_thread_lag
 
 log = logging.getLogger("hostagent")
@@ -45,8 +46,8 @@ class Agent:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.call: grpc.Call | None = None  # the advice stream, cancelled by stop()
-        (run_dir / "hostagents").mkdir(exist_ok=True)
-        self.record = (run_dir / "hostagents" / f"{host}.csv").open("a", newline="")
+        (run_dir / runfiles.HOSTAGENTS).mkdir(exist_ok=True)
+        self.record = (run_dir / runfiles.HOSTAGENTS / f"{host}.csv").open("a", newline="")
         self.writer = csv.writer(self.record)
         if self.record.tell() == 0:
             self.writer.writerow(["received", "applied", "dst", "rate_bps", "epoch", "apply_ms", "event"])
@@ -115,7 +116,7 @@ class Agent:
         attempt = 0
         while not self.stopping.is_set():
             try:
-                address = (self.run_dir / "controller.addr").read_text().strip()
+                address = adviceclient.address(self.run_dir)
                 with grpc.insecure_channel(address) as channel:
                     stub = pb_grpc.AdviceStub(channel)
                     reply = stub.Register(pb.HostInfo(name=self.host, ip=self.ip), timeout=5)
@@ -153,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--line-rate-mbps", type=float, default=LINE_RATE_BPS / 1e6)
     parser.add_argument("--fidelity-file", type=Path, help="append this agent's loop lag per 100 ms window here")
     args = parser.parse_args(argv)
-    (args.run_dir / "hostagents").mkdir(exist_ok=True)
-    logging.basicConfig(filename=args.run_dir / "hostagents" / f"{args.host}.log", level=logging.INFO,
+    (args.run_dir / runfiles.HOSTAGENTS).mkdir(exist_ok=True)
+    logging.basicConfig(filename=args.run_dir / runfiles.HOSTAGENTS / f"{args.host}.log", level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         pacer = HtbPacer(args.intf, args.line_rate_mbps * 1e6)

@@ -29,10 +29,10 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from controller.service import diagnose
 from emulation.net import Testbed
 from topologies import leafspine
 from wire import advice_pb2 as pb
+from wire.adviceclient import diagnose
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView
 

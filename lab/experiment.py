@@ -33,6 +33,8 @@ from lab.report import write_report
 from lab.results import JobRecord, ModeRun, PortFigures, ScenarioResult, write_results
 from lab.scenario import Fault, JobSpecification, Scenario, ScenarioError
 from topologies.spec import Topology
+from wire import runfiles
+from wire.runfiles import read_telemetry
 from wire.stats import percentile
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView, topology_order
@@ -269,11 +271,8 @@ def _port_counters(tb: Testbed) -> dict[tuple[str, int], tuple[int, int]]:
 def _port_figures(tb: Testbed, before: dict, after: dict, t0: float, t1: float,
                   verdict: Verdict) -> list[PortFigures]:
     readings: dict[tuple[str, int], list[tuple[float, int]]] = {}
-    with (tb.run_dir / "telemetry.csv").open() as f:
-        for row in csv.DictReader(f):
-            t = float(row["time"])
-            if t0 <= t < t1:
-                readings.setdefault((row["switch"], int(row["port"])), []).append((t, int(row["queue_pkts"])))
+    for r in read_telemetry(tb.run_dir / runfiles.TELEMETRY, t0, t1):
+        readings.setdefault((r.switch, r.port), []).append((r.time, r.queue_pkts))
     out = []
     for sw in tb.topo.switches:
         for link in tb.topo.links_of(sw.name):

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from controller.service import get_state
 from emulation.net import Testbed
 from emulation.rundir import record_pid, stop_process
 from emulation.waiting import wait_until
+from wire.adviceclient import get_state
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView
 

@@ -8,7 +8,6 @@ in flagged windows, and the flagged windows with drops are listed.
 
 from __future__ import annotations
 
-import csv
 import subprocess
 import sys
 import threading
@@ -22,7 +21,9 @@ from emulation.fidelity import Verdict, drops_by_window, read_records
 from emulation.net import Testbed
 from emulation.rundir import record_pid, stop_process
 from emulation.traffic import iperf3_parallel
+from wire import runfiles
 from wire.fidelity import WINDOW_S
+from wire.runfiles import read_rows, read_telemetry
 from wire.stats import jain_index, percentile
 
 SENDERS = ("h1", "h2", "h3", "h4", "h6", "h7")  # both leaves of the default fabric
@@ -113,16 +114,14 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
     result = IncastResult(mode, [r for r, _ in results], verdict,
                           drops_measured=tb.switches[switch].kind == "soft", t0=t0, t1=t1,
                           tcp_files={s: tb.run_dir / f"tcp{tag}.csv" for s in senders} if sampler else {})
-    with (tb.run_dir / "telemetry.csv").open() as f:
-        for row in csv.DictReader(f):
-            t = float(row["time"])
-            if (row["switch"], row["port"]) != (switch, str(port)) or not t0 <= t < t1:
-                continue
-            result.queues_all.append(int(row["queue_pkts"]))
-            if verdict.is_faithful(t):
-                result.queues_faithful.append(int(row["queue_pkts"]))
-                if row["utilisation"]:
-                    result.utilisation_faithful.append(float(row["utilisation"]))
+    for r in read_telemetry(tb.run_dir / runfiles.TELEMETRY, t0, t1):
+        if (r.switch, r.port) != (switch, port):
+            continue
+        result.queues_all.append(r.queue_pkts)
+        if verdict.is_faithful(r.time):
+            result.queues_faithful.append(r.queue_pkts)
+            if r.utilisation is not None:
+                result.utilisation_faithful.append(r.utilisation)
     faithful = set(verdict.faithful)
     for window, drops in drops_by_window(records, switch).items():
         if window in faithful:
@@ -147,8 +146,7 @@ def pacing_cleared(tb: Testbed, hosts: tuple[str, ...] = SENDERS, receiver: str 
     """Every host's agent last applied line rate (0) toward `receiver`: advice cleared or expired."""
     dst_ip = tb.host(receiver).IP()
     for host in hosts:
-        with (tb.run_dir / "hostagents" / f"{host}.csv").open() as f:
-            rows = [r for r in csv.DictReader(f) if r["dst"] == dst_ip]
+        rows = [r for r in read_rows(tb.run_dir / runfiles.HOSTAGENTS / f"{host}.csv") if r["dst"] == dst_ip]
         if rows and rows[-1]["rate_bps"] != "0":
             return False
     return True

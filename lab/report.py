@@ -7,12 +7,13 @@ mode's fidelity verdict.
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import Any
 
 from lab.results import ScenarioResult
+from wire import runfiles
+from wire.runfiles import read_rows, read_telemetry
 
 RUNS = Path(__file__).resolve().parent.parent / "runs"
 TABLE_START = "<!-- table -->"
@@ -129,13 +130,6 @@ def report_table(path: Path) -> str:
     return text
 
 
-def _read_csv(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with path.open() as f:
-        return list(csv.DictReader(f))
-
-
 def _plots(result: ScenarioResult) -> list[tuple[str, Path]]:
     import matplotlib
 
@@ -154,10 +148,9 @@ def _plots(result: ScenarioResult) -> list[tuple[str, Path]]:
     # gets its plot (ranked over all windows), labelled so.
     fig, axes = plt.subplots(len(runs), 1, figsize=(11, 2.6 * len(runs)), sharex=True, squeeze=False)
     for ax, (mode, run) in zip(axes[:, 0], runs.items(), strict=True):
-        rows = _read_csv(Path(run.run_dir) / "telemetry.csv")
+        rows = read_telemetry(Path(run.run_dir) / runfiles.TELEMETRY, run.t0, run.t1)
         for sw, port in watched:
-            pts = [(float(r["time"]) - run.t0, int(r["queue_pkts"])) for r in rows
-                   if r["switch"] == sw and r["port"] == str(port) and run.t0 <= float(r["time"]) < run.t1]
+            pts = [(r.time - run.t0, r.queue_pkts) for r in rows if (r.switch, r.port) == (sw, port)]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], ".", ms=2, label=f"{sw}:{port}")
         if watched:
             link = capacity[watched[0]]
@@ -179,7 +172,7 @@ def _plots(result: ScenarioResult) -> list[tuple[str, Path]]:
     if "advice" in runs:
         run = runs["advice"]
         run_dir = Path(run.run_dir)
-        rates = [r for r in _read_csv(Path(run.host_rates)) if run.t0 <= float(r["time"]) < run.t1]
+        rates = [r for r in read_rows(Path(run.host_rates)) if run.t0 <= float(r["time"]) < run.t1]
         hosts = sorted({r["host"] for r in rates if float(r["tx_mbps"]) > 0.05}, key=lambda h: int(h[1:]))
         if not hosts:
             fig, ax = plt.subplots(figsize=(11, 1.5))
@@ -209,12 +202,12 @@ def _plots(result: ScenarioResult) -> list[tuple[str, Path]]:
     if uplinks:
         fig, ax = plt.subplots(figsize=(11, 3.2))
         for mode, run in runs.items():
-            rows = [r for r in _read_csv(Path(run.run_dir) / "telemetry.csv")
-                    if (r["switch"], int(r["port"])) in uplinks and r["utilisation"]
-                    and run.t0 <= float(r["time"]) < run.t1]
-            if rows:
-                t = [float(r["time"]) - run.t0 for r in rows]
-                u = [float(r["utilisation"]) for r in rows]
+            readings = [(r.time - run.t0, r.utilisation) for r in
+                        read_telemetry(Path(run.run_dir) / runfiles.TELEMETRY, run.t0, run.t1)
+                        if (r.switch, r.port) in uplinks and r.utilisation is not None]
+            if readings:
+                t = [time for time, _ in readings]
+                u = [float(util or 0.0) for _, util in readings]
                 bins = max(1, int(max(t) / 0.5))
                 sums, edges = _binned_mean(t, u, bins)
                 ax.plot(edges, sums, lw=1, label=mode)
@@ -264,7 +257,7 @@ def _binned_mean(t: list[float], v: list[float], bins: int) -> tuple[list[float]
 
 def _advised_total(run_dir: Path, host: str, t0: float, t1: float) -> list[tuple[float, float]]:
     """The host's applied advice (sum over destinations, Mbit/s) as steps, from its agent's record."""
-    rows = _read_csv(run_dir / "hostagents" / f"{host}.csv")
+    rows = read_rows(run_dir / runfiles.HOSTAGENTS / f"{host}.csv")
     current: dict[str, float] = {}
     steps = []
     for r in rows:

@@ -11,6 +11,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from wire.runfiles import read_telemetry
+
 CA_ORDER = ("open", "disorder", "cwr", "recovery", "loss")
 
 
@@ -71,13 +73,7 @@ def summarise(sender: str, path: Path, t0: float, t1: float) -> SenderTcp | None
 
 
 def bottleneck_queue(telemetry: Path, switch: str, port: int, t0: float, t1: float) -> list[tuple[float, int]]:
-    out = []
-    with telemetry.open() as f:
-        for row in csv.DictReader(f):
-            t = float(row["time"])
-            if row["switch"] == switch and row["port"] == str(port) and t0 <= t < t1:
-                out.append((t, int(row["queue_pkts"])))
-    return out
+    return [(r.time, r.queue_pkts) for r in read_telemetry(telemetry, t0, t1) if (r.switch, r.port) == (switch, port)]
 
 
 def plot(png: Path, title: str, tcp_files: dict[str, Path], queue: list[tuple[float, int]], t0: float, t1: float,

@@ -17,13 +17,14 @@ from pathlib import Path
 
 from controller.advice import MODES
 from emulation.rundir import RUNS, clean_all
+from wire import runfiles
 from wire.realtime import DEFAULT_PRIORITY
 
 
 def _latest_switches() -> dict:
     for run_dir in sorted(RUNS.glob("*"), reverse=True):
-        info = run_dir / "switches.json"
-        if info.exists() and not (run_dir / "stopped").exists():
+        info = run_dir / runfiles.SWITCHES
+        if info.exists() and not (run_dir / runfiles.STOPPED).exists():
             return json.loads(info.read_text())["switches"]
     raise SystemExit("no running testbed found under runs/ (start one with `make run`)")
 

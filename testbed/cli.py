@@ -119,7 +119,7 @@ class StarNetCLI(CLI):
     def do_int(self, line: str) -> None:
         """int [switch[:port]]: INT telemetry from the controller's collector — per-port utilisation,
         rate, queue and hop latency, and the last path each flow took."""
-        from controller.service import get_state
+        from wire.adviceclient import get_state
 
         switch, _, port = (line.split() or [""])[0].partition(":")
         if switch and switch not in self.tb.switches:
@@ -151,8 +151,8 @@ class StarNetCLI(CLI):
                               f"  ({f.age_s:.1f} s ago)\n")
 
     def _stub(self) -> tuple[grpc.Channel, pb_grpc.AdviceStub]:
-        from controller.service import channel
         from wire import advice_pb2_grpc as pb_grpc
+        from wire.adviceclient import channel
 
         ch = channel(self.tb.run_dir)
         return ch, pb_grpc.AdviceStub(ch)
@@ -384,7 +384,7 @@ class StarNetCLI(CLI):
     def do_diagnose(self, line: str) -> None:
         """diagnose: the controller's fault localisation now: suspects, strongest first, with evidence,
         and the alerts it raised."""
-        from controller.service import diagnose
+        from wire.adviceclient import diagnose
 
         try:
             d = diagnose(self.tb.run_dir)

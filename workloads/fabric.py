@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from emulation.rundir import RUNS, forget_pid, record_pid
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology, load_topology
-from wire import faultsfile
+from wire import faultsfile, runfiles
 from workloads.hosts import Endpoint, JobError
 
 if TYPE_CHECKING:
@@ -79,21 +79,21 @@ class FabricView:
         """The given run directory, or the newest testbed under runs/ that is still running."""
         if run_dir is None:
             running = [d for d in sorted(RUNS.glob("*"), reverse=True)
-                       if (d / "controller.addr").exists() and not (d / "stopped").exists()]
+                       if (d / runfiles.CONTROLLER_ADDR).exists() and not (d / runfiles.STOPPED).exists()]
             if not running:
                 raise JobError("no running testbed under runs/ (start one with `make run`, or use --local N)")
             run_dir = running[0]
         pids = {}
-        for path in (run_dir / "pids").glob("host-*.pid"):
+        for path in (run_dir / runfiles.PIDS).glob("host-*.pid"):
             pids[path.stem.removeprefix("host-")] = int(path.read_text().split()[0])
-        return cls(run_dir, load_topology(run_dir / "topology.yaml"), pids)
+        return cls(run_dir, load_topology(run_dir / runfiles.TOPOLOGY), pids)
 
     def host_faults(self, host: str) -> Path:
         """The host's faults file (written by Testbed.set_host_faults), which its ranks follow."""
         return faultsfile.path_of(self.run_dir, host, "hosts")
 
     def controller_address(self) -> str | None:
-        path = self.run_dir / "controller.addr"
+        path = self.run_dir / runfiles.CONTROLLER_ADDR
         return path.read_text().strip() if path.exists() else None
 
     def link_mbps(self, hosts: list[str]) -> float:
@@ -122,7 +122,7 @@ class FabricView:
 
     def job_dir(self, name: str) -> Path:
         """A new directory runs/<run>/jobs/<name>[-N]/ for one job's logs and results."""
-        base = self.run_dir / "jobs"
+        base = self.run_dir / runfiles.JOBS
         base.mkdir(parents=True, exist_ok=True)
         n = 1
         while True:

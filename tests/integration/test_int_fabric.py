@@ -12,12 +12,12 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 
 from controller.routing import compute_routes
-from controller.service import get_state
 from emulation.net import Testbed
 from emulation.switchproc import bmv2_missing
 from softswitch.pipeline import ecmp_hash
 from tests.integration.helpers import UDP_SENDER, wait_until
 from topologies import leafspine
+from wire.adviceclient import get_state
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 

@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from controller.service import get_state
 from emulation.net import Testbed
 from emulation.switchproc import bmv2_missing
 from emulation.traffic import iperf3_parallel
 from tests.checks import assert_within, wait_until
 from topologies import dumbbell
+from wire.adviceclient import get_state
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 

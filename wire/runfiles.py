@@ -1,0 +1,98 @@
+"""The run directory, a wire format: the name of every file of a run, given once, and one reader for
+each CSV the lab reads from it (each file parsed in one place).
+
+emulation/rundir.py makes a run directory (runs/<time>-<name>/, or under STARNET_RUNS); the
+components write into it and the lab, the console and the tests read it:
+
+    topology.yaml            the fabric (emulation writes; the controller, workloads, lab read)
+    switches.json            each switch's P4Runtime address, device id and kind (emulation)
+    switches/<sw>.log, switches/<sw>.stats.json, switches/<sw>.faults   one per switch process
+    controller.addr          where the advice API listens (a unix: path, controller.sock, or 127.0.0.1:port)
+    controller.ready, controller.log, controller.out, p4runtime-requests.log
+    telemetry.csv            per-port INT readings: time, switch, port, queue_pkts, hop_latency_us,
+                             tx_rate_mbps, utilisation (the controller's collector)
+    int-flows.csv            one row per INT-reported flow and its path (the collector)
+    advice.csv               every advice decision (the advice loop)
+    links.csv                the link timeline: failures, re-routes, recoveries (the controller)
+    diagnosis.csv            the localiser's findings (the controller)
+    fidelity.csv, fidelity.txt, cpu.csv, rtwatch.log   timing fidelity and CPU per window
+    host-rates.csv           each host's sending rate, sampled by a scenario run
+    hostagents/<h>.csv|.log|.out   each host agent's applied pacing and its log
+    jobs/<name>/             a workload's own files
+    pids/, interfaces.txt, netns.txt   what `make clean` ends and deletes (emulation/rundir.py)
+    stopped                  written when the testbed is down
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+TOPOLOGY = "topology.yaml"
+SWITCHES = "switches.json"
+SWITCH_DIR = "switches"
+CONTROLLER_ADDR = "controller.addr"
+CONTROLLER_SOCK = "controller.sock"
+CONTROLLER_READY = "controller.ready"
+CONTROLLER_LOG = "controller.log"
+CONTROLLER_OUT = "controller.out"
+P4RUNTIME_LOG = "p4runtime-requests.log"
+TELEMETRY = "telemetry.csv"
+INT_FLOWS = "int-flows.csv"
+ADVICE = "advice.csv"
+LINKS = "links.csv"
+DIAGNOSIS = "diagnosis.csv"
+FIDELITY = "fidelity.csv"
+FIDELITY_TXT = "fidelity.txt"
+CPU = "cpu.csv"
+RTWATCH_LOG = "rtwatch.log"
+HOST_RATES = "host-rates.csv"
+HOSTAGENTS = "hostagents"
+JOBS = "jobs"
+PIDS = "pids"
+INTERFACES = "interfaces.txt"
+NETNS = "netns.txt"
+STOPPED = "stopped"
+
+TELEMETRY_FIELDS = ["time", "switch", "port", "queue_pkts", "hop_latency_us", "tx_rate_mbps", "utilisation"]
+
+
+def switch_log(name: str) -> str:
+    return f"{SWITCH_DIR}/{name}.log"
+
+
+def switch_stats(name: str) -> str:
+    return f"{SWITCH_DIR}/{name}.stats.json"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueReading:
+    """One row of telemetry.csv: a port's state as an INT report carried it."""
+
+    time: float
+    switch: str
+    port: int
+    queue_pkts: int
+    utilisation: float | None  # None until the port's rate is known
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a run's CSV file (header first) as dicts; none when the file is not there (yet)."""
+    try:
+        with path.open(newline="") as f:
+            return list(csv.DictReader(f))
+    except FileNotFoundError:
+        return []
+
+
+def read_telemetry(path: Path, t0: float = -math.inf, t1: float = math.inf) -> list[QueueReading]:
+    """telemetry.csv's readings taken in [t0, t1), in file (time) order."""
+    out = []
+    for row in read_rows(path):
+        t = float(row["time"])
+        if t0 <= t < t1:
+            out.append(QueueReading(t, row["switch"], int(row["port"]), int(row["queue_pkts"]),
+                                    float(row["utilisation"]) if row["utilisation"] else None))
+    return out
