@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from emulation.faults import Fault, inject
 from emulation.net import Testbed
 from topologies import leafspine
 from wire import advice_pb2 as pb
@@ -99,22 +100,25 @@ def plan_trials(tb: Testbed, count: int, no_fault: int, kinds: tuple[str, ...], 
     return trials
 
 
-def apply(tb: Testbed, trial: Trial, on: bool) -> None:
-    """Inject (on) or clear the trial's fault."""
+def trial_fault(tb: Testbed, trial: Trial, on: bool) -> Fault:
+    """The fault that injects (on) or clears the trial's."""
     words = trial.where.split()
     if trial.kind == "down":
         a, b = words[1].split("-")
-        tb.set_link(a, b, up=not on)
-    elif trial.kind == "loss":
-        tb.set_link_loss(words[2], words[4], float(words[1].rstrip("%")) if on else 0.0)
-    elif trial.kind == "rate":
+        return Fault("link_down" if on else "link_up", (a, b))
+    if trial.kind == "loss":
+        return Fault("loss", (words[2], words[4]), percent=float(words[1].rstrip("%")) if on else 0.0)
+    if trial.kind == "rate":
         a, b = words[1], words[3]
-        capacity = tb.topo.find_link(a, b).capacity_mbps
-        tb.set_switch_faults(a, rates={b: capacity * RATE_SHARE if on else None})
-    elif trial.kind == "delay":
-        tb.set_switch_faults(words[1], delay_ms=DELAY_MS if on else 0.0)
-    elif trial.kind == "host":
-        tb.set_host_faults(words[1], float(words[2]) if on else 0.0)
+        return Fault("rate", (a, b), mbps=tb.topo.find_link(a, b).capacity_mbps * RATE_SHARE if on else 0.0)
+    if trial.kind == "delay":
+        return Fault("delay", (words[1], words[1]), delay_ms=DELAY_MS if on else 0.0)
+    return Fault("delay", (words[1], words[1]), delay_ms=float(words[2]) if on else 0.0)  # a slow host
+
+
+def apply(tb: Testbed, trial: Trial, on: bool) -> None:
+    """Inject (on) or clear the trial's fault."""
+    inject(tb, trial_fault(tb, trial, on))
 
 
 class Load:

@@ -26,12 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from emulation import budget
+from emulation.faults import inject
 from emulation.fidelity import Verdict
 from emulation.net import Testbed, TestbedError
 from emulation.rundir import new_run_dir
 from lab.report import write_report
 from lab.results import JobRecord, ModeRun, PortFigures, ScenarioResult, write_results
-from lab.scenario import Fault, JobSpecification, Scenario, ScenarioError
+from lab.scenario import JobSpecification, Scenario, ScenarioError, TimedFault
 from topologies.spec import Topology
 from wire import runfiles
 from wire.runfiles import read_telemetry
@@ -212,45 +213,21 @@ def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: 
         + " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.figures.items()))
 
 
-def _apply_faults(tb: Testbed, faults: list[Fault], start: float, applied: list[dict], progress: Progress) -> None:
-    assert tb.net is not None
-    for fault in sorted(faults, key=lambda f: f.at_s):
-        time.sleep(max(0.0, start + fault.at_s - time.monotonic()))
-        a, b = fault.link
-        if fault.kind == "loss":
-            try:
-                at = tb.set_link_loss(a, b, fault.percent)
-            except TestbedError as exc:  # reported with the run, which goes on without it
-                applied.append({"at_s": fault.at_s, "kind": fault.kind, "link": [a, b], "error": str(exc)})
-                progress(f"fault: {exc}")
-                continue
-            what = f"loss {fault.percent:g}% {a} -> {b}"
-        elif fault.kind in ("rate", "delay"):
-            try:
-                at = (tb.set_switch_faults(a, rates={b: fault.mbps or None}) if fault.kind == "rate"
-                      else tb.set_host_faults(a, fault.delay_ms) if tb.topo.is_host(a)
-                      else tb.set_switch_faults(a, delay_ms=fault.delay_ms))
-            except TestbedError as exc:
-                applied.append({"at_s": fault.at_s, "kind": fault.kind, "link": [a, b], "error": str(exc)})
-                progress(f"fault: {exc}")
-                continue
-            what = (f"rate {a} -> {b} {fault.mbps:g} Mbit/s" if fault.kind == "rate" and fault.mbps
-                    else f"rate {a} -> {b} restored" if fault.kind == "rate"
-                    else f"delay {a} {fault.delay_ms:g} ms")
-        elif fault.kind == "flap":
-            at = tb.now()
-            progress(f"fault: flap {a}-{b} {fault.count} times every {fault.period_s:g} s from {fault.at_s:g} s")
-            tb.flap_link(a, b, fault.count, fault.period_s)
-            what = f"flap {a}-{b} done"
-        else:
-            at = tb.set_link(a, b, up=fault.kind == "link_up")
-            what = f"{fault.kind} {a}-{b}"
-        applied.append({"at_s": fault.at_s, "kind": fault.kind, "link": [a, b], "time": at,
-                        **({"percent": fault.percent} if fault.kind == "loss" else {}),
-                        **({"count": fault.count, "period_s": fault.period_s} if fault.kind == "flap" else {}),
-                        **({"mbps": fault.mbps} if fault.kind == "rate" else {}),
-                        **({"delay_ms": fault.delay_ms} if fault.kind == "delay" else {})})
-        progress(f"fault: {what} at {fault.at_s:g} s")
+def _apply_faults(tb: Testbed, faults: list[TimedFault], start: float, applied: list[dict],
+                  progress: Progress) -> None:
+    for timed in sorted(faults, key=lambda f: f.at_s):
+        time.sleep(max(0.0, start + timed.at_s - time.monotonic()))
+        fault = timed.fault
+        if fault.kind == "flap":
+            progress(f"fault: {fault.describe()} from {timed.at_s:g} s")
+        try:
+            injected = inject(tb, fault)
+        except TestbedError as exc:  # reported with the run, which goes on without it
+            applied.append({"at_s": timed.at_s, **fault.record(), "error": str(exc)})
+            progress(f"fault: {exc}")
+            continue
+        applied.append({"at_s": timed.at_s, **fault.record(), "time": injected.began})
+        progress(f"fault: {fault.describe()}{' done' if fault.kind == 'flap' else ''} at {timed.at_s:g} s")
 
 
 def _port_counters(tb: Testbed) -> dict[tuple[str, int], tuple[int, int]]:

@@ -11,11 +11,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from emulation.faults import Fault
+from emulation.rundir import RUNS
 from lab.results import ScenarioResult
 from wire import runfiles
 from wire.runfiles import read_rows, read_telemetry
 
-RUNS = Path(__file__).resolve().parent.parent / "runs"
 TABLE_START = "<!-- table -->"
 TABLE_END = "<!-- /table -->"
 
@@ -104,18 +105,8 @@ def fault_text(fault: dict) -> str:
     """One applied fault (lab/experiment.py's record) in words."""
     a, b = fault["link"]
     if "error" in fault:
-        what = f"{fault['kind']} {a} -> {b} not applied: {fault['error']}"
-    elif fault["kind"] == "loss":
-        what = f"loss {fault['percent']:g}% of frames {a} -> {b}" if fault["percent"] else f"loss {a} -> {b} cleared"
-    elif fault["kind"] == "rate":
-        what = f"rate {a} -> {b} {fault['mbps']:g} Mbit/s" if fault["mbps"] else f"rate {a} -> {b} restored"
-    elif fault["kind"] == "delay":
-        what = f"delay {a} {fault['delay_ms']:g} ms" if fault["delay_ms"] else f"delay {a} cleared"
-    elif fault["kind"] == "flap":
-        what = f"flap {a}-{b} {fault['count']} times, every {fault['period_s']:g} s"
-    else:
-        what = f"{fault['kind']} {a}-{b}"
-    return f"{what} at {fault['at_s']:g} s"
+        return f"{fault['kind']} {a} -> {b} not applied: {fault['error']} at {fault['at_s']:g} s"
+    return f"{Fault.from_record(fault).describe()} at {fault['at_s']:g} s"
 
 
 def last_report(runs: Path = RUNS) -> Path | None:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.advice import MODES
+from emulation.faults import FAULT_KINDS, Fault
 from topologies import TopologyError, load_topology
 from topologies.generators import GENERATORS
 from topologies.spec import Topology
@@ -47,7 +48,6 @@ from workloads.allreduce.schedule import ALGORITHMS
 from workloads.hosts import parse_size
 
 JOB_KINDS = ("allreduce", "incast", "background")
-FAULT_KINDS = ("link_down", "link_up", "loss", "flap", "rate", "delay")
 DATAPLANES = ("soft", "bmv2", "auto")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,16 +72,10 @@ class JobSpecification:
     seconds: float = 0.0
 
 
-@dataclass
-class Fault:
-    at_s: float
-    kind: str
-    link: tuple[str, str]  # loss: (sender, receiver); rate: (switch, neighbour); delay: (node, node)
-    percent: float = 0.0  # loss: share of the sender's frames lost (0 clears)
-    count: int = 0  # flap: down-up cycles
-    period_s: float = 0.0  # flap: one cycle (down for half of it)
-    mbps: float = 0.0  # rate: the port's drain rate (0 restores its own)
-    delay_ms: float = 0.0  # delay: a switch holds every frame, a host's ranks every piece this long (0 clears)
+@dataclass(frozen=True)
+class TimedFault:
+    at_s: float  # into the mode's run
+    fault: Fault
 
 
 @dataclass
@@ -94,14 +88,15 @@ class Scenario:
     duration_s: float
     seed: int
     jobs: list[JobSpecification]
-    faults: list[Fault]
+    faults: list[TimedFault]
 
     def shortened(self, factor: float) -> Scenario:
         """The same schedule with sizes, durations and times scaled by `factor` (tests, quick looks)."""
         jobs = [dataclasses.replace(j, start_s=j.start_s * factor, seconds=j.seconds * factor,
                                     size_bytes=max(4, int(j.size_bytes * factor) // 4 * 4) if j.size_bytes else 0)
                 for j in self.jobs]
-        faults = [dataclasses.replace(f, at_s=f.at_s * factor, period_s=f.period_s * factor) for f in self.faults]
+        faults = [TimedFault(f.at_s * factor, dataclasses.replace(f.fault, period_s=f.fault.period_s * factor))
+                  for f in self.faults]
         return dataclasses.replace(self, jobs=jobs, faults=faults, duration_s=self.duration_s * factor)
 
 
@@ -251,7 +246,7 @@ class _Reader(Fields):
             job.seconds = float(self.number(d.get("seconds"), f"{where}.seconds", 0.1, duration))
         return job
 
-    def fault(self, value: Any, where: str, topo: Topology, duration: float) -> Fault:
+    def fault(self, value: Any, where: str, topo: Topology, duration: float) -> TimedFault:
         kind = value.get("kind") if isinstance(value, dict) else None
         fields = {"loss": {"percent"}, "flap": {"count", "period_s"}, "rate": {"mbps"}}
         extra = fields.get(kind, set()) if isinstance(kind, str) else set()
@@ -264,8 +259,8 @@ class _Reader(Fields):
             node = d[role]
             if not isinstance(node, str) or not (topo.is_switch(node) if role == "switch" else topo.is_host(node)):
                 raise self.fail(f"{where}.{role}", f"no {role} {node!r} in {topo.name}")
-            return Fault(at, kind, (node, node),
-                         delay_ms=float(self.number(d.get("delay_ms"), f"{where}.delay_ms", 0, 1000)))
+            return TimedFault(at, Fault(kind, (node, node),
+                                        delay_ms=float(self.number(d.get("delay_ms"), f"{where}.delay_ms", 0, 1000))))
         d = self.mapping(value, where, {"at_s", "kind", "link"} | extra)
         if kind not in FAULT_KINDS:
             raise self.fail(f"{where}.kind", f"{kind!r} is not one of {', '.join(FAULT_KINDS)}")
@@ -277,19 +272,20 @@ class _Reader(Fields):
             topo.find_link(link[0], link[1])
         except TopologyError:
             raise self.fail(f"{where}.link", f"no link between {link[0]} and {link[1]} in {topo.name}") from None
-        fault = Fault(at, kind, (link[0], link[1]))
+        figures: dict[str, float] = {}
         if kind == "loss":
             if not topo.is_switch(link[1]):
                 raise self.fail(f"{where}.link", f"frames are lost on their way into a switch: {link[1]} is not one")
-            fault.percent = float(self.number(d.get("percent"), f"{where}.percent", 0, 100))
+            figures["percent"] = float(self.number(d.get("percent"), f"{where}.percent", 0, 100))
         elif kind == "rate":
             if not topo.is_switch(link[0]):
                 raise self.fail(f"{where}.link", f"a rate is a switch port's: {link[0]} is not a switch")
-            fault.mbps = float(self.number(d.get("mbps"), f"{where}.mbps", 0, 100_000))
+            figures["mbps"] = float(self.number(d.get("mbps"), f"{where}.mbps", 0, 100_000))
         elif kind == "flap":
-            fault.count = int(self.number(d.get("count"), f"{where}.count", 1, 1000, integer=True))
-            fault.period_s = float(self.number(d.get("period_s"), f"{where}.period_s", 0.02, duration))
-            if at + fault.count * fault.period_s > duration:
-                raise self.fail(f"{where}", f"{fault.count} flaps of {fault.period_s:g} s from {at:g} s end after "
+            count = int(self.number(d.get("count"), f"{where}.count", 1, 1000, integer=True))
+            period = float(self.number(d.get("period_s"), f"{where}.period_s", 0.02, duration))
+            if at + count * period > duration:
+                raise self.fail(f"{where}", f"{count} flaps of {period:g} s from {at:g} s end after "
                                             f"duration_s ({duration:g})")
-        return fault
+            figures = {"count": count, "period_s": period}
+        return TimedFault(at, Fault(kind, (link[0], link[1]), **figures))  # type: ignore[arg-type]

@@ -43,14 +43,14 @@ def test_a_good_file_reads_as_written():
     assert s.jobs[0].size_bytes == 64 << 10 and s.jobs[2].hosts == ["h1", "h2", "h3", "h4"]
     assert {link.capacity_mbps for link in s.topology.links if s.topology.is_switch(link.a)
             and s.topology.is_switch(link.b)} == {10.0}
-    assert s.faults[0].link == ("s3", "s1")
-    assert (s.faults[1].kind, s.faults[1].link, s.faults[1].percent) == ("loss", ("s1", "s4"), 2.5)
-    assert (s.faults[2].count, s.faults[2].period_s) == (10, 0.5)
-    assert (s.faults[3].link, s.faults[3].mbps, s.faults[4].link, s.faults[4].delay_ms) == (
+    assert s.faults[0].fault.link == ("s3", "s1")
+    assert (s.faults[1].fault.kind, s.faults[1].fault.link, s.faults[1].fault.percent) == ("loss", ("s1", "s4"), 2.5)
+    assert (s.faults[2].fault.count, s.faults[2].fault.period_s) == (10, 0.5)
+    assert (s.faults[3].fault.link, s.faults[3].fault.mbps, s.faults[4].fault.link, s.faults[4].fault.delay_ms) == (
         ("s3", "s1"), 10, ("s2", "s2"), 5)
-    assert (s.faults[5].kind, s.faults[5].link, s.faults[5].delay_ms) == ("delay", ("h3", "h3"), 20)
+    assert (s.faults[5].fault.kind, s.faults[5].fault.link, s.faults[5].fault.delay_ms) == ("delay", ("h3", "h3"), 20)
     short = s.shortened(0.5)
-    assert short.faults[2].period_s == 0.25
+    assert short.faults[2].fault.period_s == 0.25
     assert short.jobs[0].size_bytes == 32 << 10 and short.jobs[1].start_s == 0.5 and short.duration_s == 15
 
 

@@ -1,11 +1,11 @@
-"""The CLI's fault commands' arguments (testbed/cli.py parse_args): converted, defaults filled in,
+"""The CLI's fault commands' arguments (testbed/cli/args.py parse_args): converted, defaults filled in,
 and None for a wrong count or word, so the command prints its usage instead of failing."""
 
 from __future__ import annotations
 
 import pytest
 
-from testbed.cli import mbps_or_off, parse_args, percent, positive
+from testbed.cli.args import mbps_or_off, parse_args, percent, positive
 
 
 def test_words_are_converted_and_left_out_ones_take_their_defaults():

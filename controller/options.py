@@ -1,0 +1,49 @@
+"""The controller's options, one frozen object (command line: `python -m controller --help`)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.advice import MODES
+from controller.program import INT_SAMPLE_LOG2
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    int_sample_log2: int | None = INT_SAMPLE_LOG2  # INT starts on 1 in 2^N packets of each host flow (None: no INT)
+    mode: str = "none"  # none | ecn | advice | bbr at start
+    interval_s: float = 0.001  # advice loop period
+    eta: float = 0.95  # target utilisation of every link
+    drain_s: float = 0.1  # horizon to drain a standing queue
+    fidelity_file: Path | None = None  # event-loop lag and BMv2 switches' lateness (from INT); None: not measured
+    probe_s: float = 0.050  # link probes out of every fabric port (controller/links.py); 0: none
+    probe_misses: int = 4  # probe periods without one: the link is down
+    hold_down_s: float = 0.5  # a failed link returns to service after probes crossed it this long
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--int-sample-log2", type=int, default=INT_SAMPLE_LOG2, choices=range(-1, 17),
+                            metavar="N", help="INT on 1 in 2^N packets of each host flow (0..16; -1 = INT off)")
+        parser.add_argument("--mode", default="none", choices=MODES, help="control mode at start")
+        parser.add_argument("--interval-ms", type=float, default=1.0, help="advice loop period (ms)")
+        parser.add_argument("--eta", type=float, default=0.95, help="target utilisation of every link")
+        parser.add_argument("--drain-ms", type=float, default=100.0, help="horizon to drain a standing queue (ms)")
+        parser.add_argument("--probe-ms", type=float, default=50.0,
+                            help="link probe period on every fabric port (ms; 0 = no probes, no failure detection)")
+        parser.add_argument("--probe-misses", type=int, default=4, help="probe periods without one: the link is down")
+        parser.add_argument("--hold-down-ms", type=float, default=500.0,
+                            help="a failed link returns to service after probes crossed it this long without a miss")
+        parser.add_argument("--fidelity-file", type=Path,
+                            help="append event-loop lag and BMv2 switches' lateness (from INT) per 100 ms window here")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ControllerOptions:
+        """The options the parsed command line gives; ValueError naming the wrong one."""
+        if args.probe_ms < 0 or args.probe_misses < 1 or args.hold_down_ms < 0:
+            raise ValueError("--probe-ms and --hold-down-ms must be >= 0, --probe-misses >= 1")
+        return cls(int_sample_log2=None if args.int_sample_log2 < 0 else args.int_sample_log2, mode=args.mode,
+                   interval_s=args.interval_ms / 1000, eta=args.eta, drain_s=args.drain_ms / 1000,
+                   fidelity_file=args.fidelity_file, probe_s=args.probe_ms / 1000, probe_misses=args.probe_misses,
+                   hold_down_s=args.hold_down_ms / 1000)

@@ -1,0 +1,93 @@
+"""The CLI's workload commands: allreduce, incast, flows, jobs."""
+
+from __future__ import annotations
+
+from testbed.cli.base import Commands
+from workloads.allreduce.job import JobSpec, background
+from workloads.fabric import FabricView
+from workloads.flows.job import background_job
+from workloads.flows.schedule import background as background_flows
+from workloads.flows.schedule import incast
+from workloads.hosts import BackgroundJob, JobError, parse_size
+
+
+class JobCommands(Commands):
+    """Running collectives and flows: allreduce, incast, flows, jobs."""
+
+    def _words(self, line: str, allowed: tuple[str, ...]) -> tuple[list[str], dict[str, str], bool]:
+        """HOST... key=value... [bg]: the hosts (`all` = every host), the options, and whether in the background."""
+        words = line.split()
+        hosts = [w for w in words if "=" not in w and w not in ("bg", "&")]
+        options = dict(w.split("=", 1) for w in words if "=" in w)
+        if hosts == ["all"]:
+            hosts = [h.name for h in self.mn.hosts]
+        unknown = set(options) - set(allowed)
+        if unknown:
+            raise ValueError(f"unknown option {', '.join(sorted(unknown))} ({', '.join(allowed)})")
+        return hosts, options, "bg" in words or "&" in words
+
+    def _launch(self, job: BackgroundJob, background: bool) -> None:
+        self.jobs.append(job)
+        if background:
+            job.start()
+            self.stdout.write(f"{job.name} started in the background (`jobs` shows it)\n")
+            return
+        job.run(self.say)
+        self.stdout.write(job.describe(full=True) + "\n")
+
+    def do_allreduce(self, line: str) -> None:
+        """allreduce HOST... [size=8M] [algo=ring|tree|hd|auto] [iters=5] [chunk=256K] [cc=cubic]
+        [order=topology|given] [bg]: an all-reduce over the hosts (`all` = every host), printed as an
+        nccl-tests table; `bg` runs it in the background (see `jobs`)."""
+        try:
+            hosts, options, bg = self._words(line, ("size", "algo", "iters", "chunk", "cc", "order", "warmup"))
+            spec = JobSpec(hosts=hosts, sizes=[parse_size(options.get("size", "8M"))],
+                           algo=options.get("algo", "ring"), iters=int(options.get("iters", 5)),
+                           warmup=int(options.get("warmup", 1)), chunk_bytes=parse_size(options.get("chunk", "256K")),
+                           cc=options.get("cc"), order=options.get("order", "topology"),
+                           name=f"allreduce{len(self.jobs) + 1}")
+            spec.check()
+            view = FabricView.of_testbed(self.tb)
+            view.endpoints(spec.hosts, spec.order)  # unknown hosts are named here, before anything starts
+        except (JobError, ValueError) as exc:
+            self.stdout.write(f"allreduce: {exc}\n")
+            return
+        self._launch(background(spec, view), bg)
+
+    def do_incast(self, line: str) -> None:
+        """incast RECEIVER SENDER... [size=1M] [cc=cubic] [bg]: every sender sends size bytes to the
+        receiver at once; per-sender completion time and goodput, Jain fairness (see `jobs`)."""
+        try:
+            hosts, options, bg = self._words(line, ("size", "cc"))
+            if len(hosts) < 2:
+                raise ValueError("give the receiver, then at least one sender")
+            view = FabricView.of_testbed(self.tb)
+            view.endpoints(hosts, "given")
+            flows = incast(hosts[0], hosts[1:], parse_size(options.get("size", "1M")))
+        except (JobError, ValueError) as exc:
+            self.stdout.write(f"incast: {exc}\n")
+            return
+        self._launch(background_job(f"incast{len(self.jobs) + 1}", flows, view, "incast", options.get("cc")), bg)
+
+    def do_flows(self, line: str) -> None:
+        """flows HOST...|all [load=0.3] [seconds=10] [seed=1] [min=16K] [max=2M] [cc=cubic] [bg]: background
+        flows, Poisson arrivals between random pairs of the hosts offering load of each host's link,
+        log-uniform sizes; completion times per size (see `jobs`)."""
+        try:
+            hosts, options, bg = self._words(line, ("load", "seconds", "seed", "min", "max", "cc"))
+            view = FabricView.of_testbed(self.tb)
+            view.endpoints(hosts, "given")
+            flows = background_flows(hosts, float(options.get("seconds", 10)), float(options.get("load", 0.3)),
+                               view.link_mbps(hosts), int(options.get("seed", 1)),
+                               parse_size(options.get("min", "16K")), parse_size(options.get("max", "2M")))
+        except (JobError, ValueError) as exc:
+            self.stdout.write(f"flows: {exc}\n")
+            return
+        self._launch(background_job(f"flows{len(self.jobs) + 1}", flows, view, "background", options.get("cc")), bg)
+
+    def do_jobs(self, line: str) -> None:
+        """jobs: the all-reduce and flow jobs started in this session, with their results."""
+        if not self.jobs:
+            self.stdout.write("no jobs yet (allreduce, incast, flows)\n")
+        for job in self.jobs:
+            self.stdout.write(job.describe() + "\n")
