@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from mininet.link import Link
 from mininet.log import info
 from mininet.net import Mininet
 
 from emulation import cpuuse
 from emulation import fidelity as fid
-from emulation.nodes import BMv2Switch, P4Switch, SoftP4Switch, StarHost, bmv2_missing, log_tail
+from emulation.nodes import NodeClasses, P4Switch, StarHost, bmv2_missing, intf_name, log_tail, mininet_port
 from emulation.ports import free_ports
-from emulation.rundir import clean_run, forget_pid, new_run_dir, record_interfaces, record_pid, stop_process
+from emulation.rundir import clean_run, new_run_dir, record_interfaces, record_pid
+from emulation.spawn import LocalSpawner, Spawner
 from emulation.switchproc import BMV2_P4INFO, compile_p4
 from emulation.waiting import wait_until
 from hostagent.tcpsettings import TcpSettingsError, allow_in_root_namespace, restore_allowed
@@ -61,17 +61,20 @@ def resolve_dataplane(dataplane: str) -> str:
 class Testbed:
     __test__ = False  # not a pytest class
 
-    def __init__(self, topo: Topology, dataplane: str = "auto", run_dir: Path | None = None,
+    def __init__(self, topo: Topology, *, dataplane: str = "auto", run_dir: Path | None = None,
                  name: str | None = None, bmv2_options: dict | None = None, int_sample_log2: int = 3,
                  mode: str = "none", agents: bool = True, controller_args: list[str] | None = None,
-                 fidelity_tolerance_ms: float | None = None, realtime_priority: int = DEFAULT_PRIORITY) -> None:
+                 fidelity_tolerance_ms: float | None = None, realtime_priority: int = DEFAULT_PRIORITY,
+                 nodes: NodeClasses | None = None, spawner: Spawner | None = None) -> None:
         """bmv2_options: log_level (None = logging off), pcap_dir (opt-in pcaps) for BMv2 switches;
         int_sample_log2: INT on 1 in 2^N packets of each host flow (-1 = INT off);
         mode: none | ecn | advice | bbr; agents: start a host agent (pacer) on every host;
         controller_args: extra `python -m controller` options (e.g. ["--eta", "0.9"]);
         fidelity_tolerance_ms: the soft switches' late-event threshold (default wire/fidelity.py's);
         realtime_priority: SCHED_FIFO priority of the switches, the controller and the host agents
-        one below (0: normal scheduling; _provision_realtime says why)."""
+        one below (0: normal scheduling; _provision_realtime says why);
+        nodes: the Mininet node and link classes (default: emulation/nodes.py's);
+        spawner: starts and stops the testbed's processes (default: on this machine, emulation/spawn.py)."""
         self.fidelity_tolerance_ms = fidelity_tolerance_ms
         self.realtime_priority = realtime_priority
         self.started_at = 0.0
@@ -88,6 +91,8 @@ class Testbed:
         self.plan = AddressPlan(topo)
         self.dataplane = resolve_dataplane(dataplane)
         self.run_dir = run_dir or new_run_dir(name or topo.name)
+        self.nodes = nodes or NodeClasses()
+        self.spawner = spawner or LocalSpawner(self.run_dir)
         self.net: Mininet | None = None
         self.controller: subprocess.Popen | None = None
         self.switches: dict[str, P4Switch] = {}
@@ -123,19 +128,19 @@ class Testbed:
         if self.dataplane == "bmv2":
             info("*** Compiling p4src/starnet.p4 for BMv2\n")
             compile_p4()
-        net = Mininet(topo=None, controller=None, host=StarHost, link=Link, build=False,
+        net = Mininet(topo=None, controller=None, host=self.nodes.host, link=self.nodes.link, build=False,
                       autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
         n = len(self.topo.switches)
         ports = free_ports(2 * n)
-        switch_cls = SoftP4Switch if self.dataplane == "soft" else BMv2Switch
+        switch_cls = self.nodes.soft_switch if self.dataplane == "soft" else self.nodes.bmv2_switch
         for i, sw in enumerate(self.topo.switches):
             shapes = {link.port_of(sw.name): (link.capacity_mbps, link.queue_pkts)
                       for link in self.topo.links_of(sw.name)}
             params = dict(device_id=self.plan.switches[sw.name].device_id, grpc_port=ports[i],
-                          run_dir=self.run_dir, shapes=shapes)
+                          run_dir=self.run_dir, shapes=shapes, spawner=self.spawner)
             process_args: dict[str, Any] = {"realtime_priority": self.realtime_priority}
-            if switch_cls is BMv2Switch:
+            if self.dataplane == "bmv2":
                 process_args.update(thrift_port=ports[n + i], **self.bmv2_options)
             else:
                 process_args["fidelity_tolerance_ms"] = self.fidelity_tolerance_ms
@@ -148,19 +153,17 @@ class Testbed:
         for link in self.topo.links:
             kwargs: dict[str, int | str] = {}
             for end, node, port in (("1", link.a, link.a_port), ("2", link.b, link.b_port)):
-                if self.topo.is_host(node):
-                    kwargs[f"port{end}"] = 0
-                    kwargs[f"intfName{end}"] = f"{node}-eth0"
-                else:
-                    kwargs[f"port{end}"] = port
-                    kwargs[f"intfName{end}"] = f"{node}-eth{port}"
-                    intfs.append(f"{node}-eth{port}")
+                kwargs[f"port{end}"] = mininet_port(self.topo, node, port)
+                kwargs[f"intfName{end}"] = intf_name(self.topo, node, port)
+                if self.topo.is_switch(node):
+                    intfs.append(intf_name(self.topo, node, port))
             # MACs of switch ports follow the address plan so next-hop rewrites match the wire.
             for end, node, port in (("1", link.a, link.a_port), ("2", link.b, link.b_port)):
                 kwargs[f"addr{end}"] = self.plan.mac_of(node, None if self.topo.is_host(node) else port)
             net.addLink(link.a, link.b, **kwargs)
         record_interfaces(self.run_dir, intfs)
         net.build()
+        self.spawner.add_hosts({host.name: host.pid for host in net.hosts})
         for host in net.hosts:
             record_pid(self.run_dir, f"host-{host.name}", host.pid)
             address = self.plan.hosts[host.name]
@@ -213,12 +216,10 @@ class Testbed:
                 continue
             watched[name] = control[name]
         log_path = self.run_dir / runfiles.RTWATCH_LOG
-        with log_path.open("ab") as out:
-            rtwatch = self.rtwatch = subprocess.Popen(
-                [sys.executable, "-m", "emulation.rtwatch",
-                 *[f"--watch={name}={pid}={log}" for name, (pid, log) in watched.items()]],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        record_pid(self.run_dir, "rtwatch", rtwatch.pid)
+        rtwatch = self.rtwatch = self.spawner.start(
+            "rtwatch", [sys.executable, "-m", "emulation.rtwatch",
+                        *[f"--watch={name}={pid}={log}" for name, (pid, log) in watched.items()]],
+            log_path, new_session=True)
         # Its own start-up at its priority too: a runaway from the first moment must not starve it.
         promote(rtwatch.pid, WATCHDOG_PRIORITY)
         if not wait_until(lambda: "watching" in log_path.read_text() or rtwatch.poll() is not None, 10.0) \
@@ -227,19 +228,16 @@ class Testbed:
 
     def _end_rtwatch(self) -> None:
         if self.rtwatch is not None:
-            stop_process(self.rtwatch)
-            forget_pid(self.run_dir, "rtwatch")
+            self.spawner.stop("rtwatch", self.rtwatch)
             self.rtwatch = None
 
     def _start_controller(self) -> None:
         log_path = self.run_dir / runfiles.CONTROLLER_OUT
-        with log_path.open("ab") as out:
-            self.controller = subprocess.Popen(
-                [sys.executable, "-m", "controller", "--run-dir", str(self.run_dir),
-                 "--int-sample-log2", str(self.int_sample_log2), "--mode", self.mode,
-                 "--fidelity-file", str(self.fidelity_path), *self.controller_args],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        record_pid(self.run_dir, "controller", self.controller.pid)
+        self.controller = self.spawner.start(
+            "controller", [sys.executable, "-m", "controller", "--run-dir", str(self.run_dir),
+                           "--int-sample-log2", str(self.int_sample_log2), "--mode", self.mode,
+                           "--fidelity-file", str(self.fidelity_path), *self.controller_args],
+            log_path, new_session=True)
         ready = self.run_dir / runfiles.CONTROLLER_READY
         deadline = time.monotonic() + CONTROLLER_READY_S
         while not ready.exists():
@@ -256,14 +254,11 @@ class Testbed:
         (self.run_dir / runfiles.HOSTAGENTS).mkdir(exist_ok=True)
         for host in self.net.hosts:
             address = self.plan.hosts[host.name]
-            out = (self.run_dir / runfiles.HOSTAGENTS / f"{host.name}.out").open("ab")
-            proc = host.popen([sys.executable, "-m", "hostagent", "--run-dir", str(self.run_dir), "--host", host.name,
-                               "--ip", address.ip, "--intf", host.defaultIntf().name,
-                               "--fidelity-file", str(self.fidelity_path)],
-                              stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            out.close()
-            self.agents[host.name] = proc
-            record_pid(self.run_dir, f"agent-{host.name}", proc.pid)
+            self.agents[host.name] = self.spawner.start(
+                f"agent-{host.name}", [sys.executable, "-m", "hostagent", "--run-dir", str(self.run_dir),
+                                       "--host", host.name, "--ip", address.ip, "--intf", host.defaultIntf().name,
+                                       "--fidelity-file", str(self.fidelity_path)],
+                self.run_dir / runfiles.HOSTAGENTS / f"{host.name}.out", host=host.name, new_session=True)
         deadline = time.monotonic() + 20
         for name, proc in self.agents.items():
             log = self.run_dir / runfiles.HOSTAGENTS / f"{name}.log"
@@ -283,8 +278,7 @@ class Testbed:
 
     def _end_controller(self) -> None:
         if self.controller is not None:
-            stop_process(self.controller)
-            forget_pid(self.run_dir, "controller")
+            self.spawner.stop("controller", self.controller)
             self.controller = None
 
     # ---- tear-down ---------------------------------------------------------------------------
@@ -293,8 +287,7 @@ class Testbed:
             if proc.poll() is None:
                 proc.terminate()
         for name, proc in self.agents.items():
-            stop_process(proc)
-            forget_pid(self.run_dir, f"agent-{name}")
+            self.spawner.stop(f"agent-{name}", proc)
         self.agents = {}
         self._end_controller()
         self._end_rtwatch()
@@ -433,8 +426,8 @@ class Testbed:
 
     def set_mode(self, mode: str, timeout_s: float = 5.0) -> None:
         """Switch the control mode (the controller's SetMode) and wait until every host agent has
-        applied it (its last mode line in its log), so TCP connections opened next get the mode's
-        ECN and congestion control."""
+        applied it (hostagents/<host>.mode), so TCP connections opened next get the mode's ECN and
+        congestion control."""
         with channel(self.run_dir) as ch:
             reply = pb_grpc.AdviceStub(ch).SetMode(pb.ModeRequest(mode=mode), timeout=timeout_s)
         if reply.mode != mode:
@@ -443,17 +436,12 @@ class Testbed:
         deadline = time.monotonic() + timeout_s
         waiting = list(self.agents)
         while waiting:
-            waiting = [name for name in waiting if not self._agent_in_mode(name, mode)]
+            waiting = [name for name in waiting if runfiles.read_agent_mode(self.run_dir, name) != mode]
             if waiting and time.monotonic() > deadline:
                 raise TestbedError(f"mode {mode}: host agents {', '.join(waiting)} did not apply it within "
                                    f"{timeout_s:g} s (see {self.run_dir / 'hostagents'})")
             if waiting:
                 time.sleep(0.02)
-
-    def _agent_in_mode(self, name: str, mode: str) -> bool:
-        log = self.run_dir / runfiles.HOSTAGENTS / f"{name}.log"
-        lines = [line for line in log.read_text().splitlines() if ": mode " in line] if log.exists() else []
-        return bool(lines) and f": mode {mode} (" in lines[-1]
 
     def schema_of(self, name: str) -> P4Schema:
         """The P4Info switch `name` runs: p4c's output on BMv2, the committed one on the soft switch

@@ -6,11 +6,14 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mininet.link import Link
 from mininet.node import Host, Switch
 
+from emulation.spawn import Spawner
 from emulation.switchproc import (
     Bmv2SwitchProcess,
     SoftSwitchProcess,
@@ -20,12 +23,13 @@ from emulation.switchproc import (
     log_tail,
 )
 from hostagent.tcpsettings import CUBIC
+from topologies.spec import Topology
 from wire.cpu import CPU_PORT
 
 SWITCH_MTU = 9000
 
-__all__ = ["CPU_PORT", "P4Switch", "SoftP4Switch", "BMv2Switch", "StarHost", "SwitchStartError",
-           "bmv2_missing", "log_tail"]
+__all__ = ["CPU_PORT", "P4Switch", "SoftP4Switch", "BMv2Switch", "StarHost", "NodeClasses", "SwitchStartError",
+           "bmv2_missing", "log_tail", "intf_name", "mininet_port"]
 
 
 def quiet(cmd: list[str]) -> None:
@@ -55,9 +59,10 @@ class P4Switch(Switch):
 
     def __init__(self, name: str, device_id: int, grpc_port: int, run_dir: Path,
                  shapes: dict[int, tuple[float, int]], process_args: dict[str, Any] | None = None,
-                 **params: Any) -> None:
+                 spawner: Spawner | None = None, **params: Any) -> None:
         super().__init__(name, dpid=f"{device_id:016x}", **params)
-        self.process = self.process_cls(name, device_id, grpc_port, run_dir, [], shapes, **(process_args or {}))
+        self.process = self.process_cls(name, device_id, grpc_port, run_dir, [], shapes, spawner=spawner,
+                                        **(process_args or {}))
 
     kind = property(lambda self: self.process.kind)
     device_id = property(lambda self: self.process.device_id)
@@ -140,3 +145,24 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
+
+
+@dataclass(frozen=True)
+class NodeClasses:
+    """The Mininet classes a testbed is built of (Mininet takes them as arguments too)."""
+
+    soft_switch: type[P4Switch] = SoftP4Switch
+    bmv2_switch: type[P4Switch] = BMv2Switch
+    host: type[Host] = StarHost
+    link: type[Link] = Link
+
+
+def mininet_port(topo: Topology, node: str, port: int) -> int:
+    """Mininet's port number of a topology port: a switch's as given; a host's from 0 (its k-th
+    interface, eth<k-1>), so a one-link host has eth0 as every program on it expects."""
+    return port if topo.is_switch(node) else port - 1
+
+
+def intf_name(topo: Topology, node: str, port: int) -> str:
+    """The interface of `node`'s topology port: s3-eth2 is s3's port 2; h1-eth0 is h1's first."""
+    return f"{node}-eth{mininet_port(topo, node, port)}"

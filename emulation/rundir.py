@@ -1,4 +1,5 @@
-"""Run directories (runs/<timestamp>-<name>/) and the PID/interface records that `make clean` uses.
+"""Run directories (runs/<timestamp>-<name>/, or under $STARNET_RUNS) and the PID/interface records
+that `make clean` uses.
 
 Every process the testbed starts is recorded as ``pids/<label>.pid`` holding its PID and its
 kernel start time, so cleanup ends exactly those processes (a reused PID is left alone); every
@@ -18,7 +19,9 @@ from pathlib import Path
 from wire import runfiles
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-RUNS = PROJECT_ROOT / "runs"
+# Where run directories go: runs/ in the source tree, or any directory STARNET_RUNS names (a
+# scratch disk, a directory shared between machines, a read-only checkout's outside).
+RUNS = Path(os.environ["STARNET_RUNS"]).resolve() if os.environ.get("STARNET_RUNS") else PROJECT_ROOT / "runs"
 
 
 def new_run_dir(name: str, base: Path = RUNS) -> Path:

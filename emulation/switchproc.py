@@ -21,7 +21,8 @@ from typing import Any
 import grpc
 
 from emulation.ports import port_answers
-from emulation.rundir import PROJECT_ROOT, forget_pid, record_pid, stop_process
+from emulation.rundir import PROJECT_ROOT
+from emulation.spawn import LocalSpawner, Spawner
 from wire import faultsfile, runfiles
 from wire.cpu import CPU_PORT
 from wire.fidelity import BMV2_RATE_PKT_BYTES
@@ -83,11 +84,12 @@ class SwitchProcess:
     def __init__(self, name: str, device_id: int, grpc_port: int, run_dir: Path,
                  ports: list[tuple[int, str]], shapes: dict[int, tuple[float, int]], seed: int | None = None,
                  fidelity_tolerance_ms: float | None = None, fidelity: bool = True,
-                 realtime_priority: int = 0) -> None:
+                 realtime_priority: int = 0, spawner: Spawner | None = None) -> None:
         """seed: the switch's RNG seed (default: derived from the device id, so runs repeat);
         fidelity_tolerance_ms: the soft switch's late-event threshold (default wire/fidelity.py's);
         fidelity: False runs the soft switch without its monitor (bench: the monitor's cost);
-        realtime_priority: SCHED_FIFO priority of its threads once ready (0: normal scheduling)."""
+        realtime_priority: SCHED_FIFO priority of its threads once ready (0: normal scheduling);
+        spawner: starts and stops the process (default: on this machine)."""
         self.fidelity = fidelity
         self.realtime_priority = realtime_priority
         self.scheduling = "other"  # what it got: "fifo 20", or why not (describe(), switches.json)
@@ -97,6 +99,7 @@ class SwitchProcess:
         self.device_id = device_id
         self.grpc_port = grpc_port
         self.run_dir = Path(run_dir)
+        self.spawner = spawner or LocalSpawner(self.run_dir)
         self.ports = sorted(ports)
         self.shapes = shapes
         self.proc: subprocess.Popen | None = None
@@ -115,10 +118,7 @@ class SwitchProcess:
         raise NotImplementedError
 
     def launch(self) -> None:
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        record_pid(self.run_dir, f"switch-{self.name}", self.proc.pid)
+        self.proc = self.spawner.start(f"switch-{self.name}", self.command(), self.log_path, new_session=True)
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Process alive and P4Runtime answering Capabilities, else SwitchStartError with its log."""
@@ -160,11 +160,8 @@ class SwitchProcess:
             self.scheduling = f"other ({exc})"
 
     def stop(self) -> None:
-        if self.running:
-            assert self.proc is not None
-            stop_process(self.proc)
         if self.proc is not None:
-            forget_pid(self.run_dir, f"switch-{self.name}")
+            self.spawner.stop(f"switch-{self.name}", self.proc)
 
     def set_faults(self, delay_ms: float, rates: dict[int, float]) -> None:
         """Injected faults: every forwarded frame held delay_ms (a slow switch), ports drained at

@@ -61,6 +61,7 @@ class Agent:
             log.error("%s: mode %s: %s", self.host, mode, exc)
             return
         log.info("%s: mode %s (tcp_ecn %s, congestion control %s)", self.host, mode, ecn, cc)
+        runfiles.write_agent_mode(self.run_dir, self.host, mode)
 
     def apply(self, advice: pb.RateAdvice, received: float) -> None:
         started = time.perf_counter()

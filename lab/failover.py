@@ -7,7 +7,6 @@ advice re-planned, the longest stall of the affected flow (its sender's TCP acks
 from __future__ import annotations
 
 import csv
-import subprocess
 import sys
 import threading
 import time
@@ -15,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from emulation.net import Testbed
-from emulation.rundir import record_pid, stop_process
 from emulation.waiting import wait_until
 from wire.adviceclient import get_state
 from workloads.allreduce.job import JobSpec, run_job
@@ -82,10 +80,9 @@ def cut_during_ring(tb: Testbed, flow: tuple[str, str], cut_end: str | None, por
     sender = flow[0]
     tcp_log = tb.run_dir / f"tcp-failover-{sender}-{port_base}.csv"
     netns = f"/proc/{tb.host(sender).pid}/ns/net"
-    sampler = subprocess.Popen([sys.executable, "-m", "lab.tcpstate", "--out", str(tcp_log), "--dports",
-                                f"{port_base}-{port_base + 99}", "--host", f"{sender}={netns}"],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    record_pid(tb.run_dir, f"sampler-failover-{port_base}", sampler.pid)
+    label = f"sampler-failover-{port_base}"
+    sampler = tb.spawner.start(label, [sys.executable, "-m", "lab.tcpstate", "--out", str(tcp_log), "--dports",
+                                       f"{port_base}-{port_base + 99}", "--host", f"{sender}={netns}"])
     job.start()
     try:
         ports = range(port_base, port_base + 100)
@@ -110,7 +107,7 @@ def cut_during_ring(tb: Testbed, flow: tuple[str, str], cut_end: str | None, por
                 raise FailoverError(f"{link} never returned to service")
     finally:
         job.join(120)
-        stop_process(sampler)
+        tb.spawner.stop(label, sampler)
     if not outcome or isinstance(outcome[0], Exception):
         raise FailoverError(f"the all-reduce failed: {outcome[0] if outcome else 'no outcome'}")
     result = outcome[0].results[0]

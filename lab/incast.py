@@ -19,7 +19,6 @@ from typing import TypeVar
 
 from emulation.fidelity import Verdict, drops_by_window, read_records
 from emulation.net import Testbed
-from emulation.rundir import record_pid, stop_process
 from emulation.traffic import iperf3_parallel
 from wire import runfiles
 from wire.fidelity import WINDOW_S
@@ -95,7 +94,7 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
     flows.join(seconds + omit_s + 40)
     ended = time.time()
     if sampler is not None:
-        stop_process(sampler)
+        tb.spawner.stop(f"sampler-tcp{tag}", sampler)
         if sampler.returncode:  # the samples are evidence beside the measurement, not the measurement
             print(f"incast: the TCP state sampler ended with {sampler.returncode}; its samples may stop early "
                   f"(see {tb.run_dir / f'tcp{tag}.err'})", file=sys.stderr)
@@ -134,12 +133,10 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
 def _start_tcp_sampler(tb: Testbed, senders: tuple[str, ...], tag: str) -> subprocess.Popen:
     """One sampler for every sender's namespace (lab/tcpstate.py), rows in tcp<tag>.csv."""
     hosts = [arg for s in senders for arg in ("--host", f"{s}=/proc/{tb.host(s).pid}/ns/net")]
-    with (tb.run_dir / f"tcp{tag}.err").open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "lab.tcpstate", "--out", str(tb.run_dir / f"tcp{tag}.csv"),
-                                 "--dports", f"{BASE_PORT}-{BASE_PORT + len(senders) - 1}", *hosts],
-                                stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
-    record_pid(tb.run_dir, f"sampler-tcp{tag}", proc.pid)
-    return proc
+    return tb.spawner.start(f"sampler-tcp{tag}", [sys.executable, "-m", "lab.tcpstate", "--out",
+                                                 str(tb.run_dir / f"tcp{tag}.csv"), "--dports",
+                                                 f"{BASE_PORT}-{BASE_PORT + len(senders) - 1}", *hosts],
+                            tb.run_dir / f"tcp{tag}.err")
 
 
 def pacing_cleared(tb: Testbed, hosts: tuple[str, ...] = SENDERS, receiver: str = RECEIVER) -> bool:

@@ -18,6 +18,7 @@ components write into it and the lab, the console and the tests read it:
     fidelity.csv, fidelity.txt, cpu.csv, rtwatch.log   timing fidelity and CPU per window
     host-rates.csv           each host's sending rate, sampled by a scenario run
     hostagents/<h>.csv|.log|.out   each host agent's applied pacing and its log
+    hostagents/<h>.mode      the control mode the agent applied last (the testbed waits on it)
     jobs/<name>/             a workload's own files
     pids/, interfaces.txt, netns.txt   what `make clean` ends and deletes (emulation/rundir.py)
     stopped                  written when the testbed is down
@@ -57,6 +58,26 @@ NETNS = "netns.txt"
 STOPPED = "stopped"
 
 TELEMETRY_FIELDS = ["time", "switch", "port", "queue_pkts", "hop_latency_us", "tx_rate_mbps", "utilisation"]
+
+
+def agent_mode(host: str) -> str:
+    """The mode the host's agent applied last (one word; written whole, by rename)."""
+    return f"{HOSTAGENTS}/{host}.mode"
+
+
+def write_agent_mode(run_dir: Path, host: str, mode: str) -> None:
+    path = run_dir / agent_mode(host)
+    partial = path.with_suffix(".mode.tmp")
+    partial.write_text(mode + "\n")
+    partial.replace(path)
+
+
+def read_agent_mode(run_dir: Path, host: str) -> str | None:
+    """The mode the host's agent says it applied last; None before it applied any."""
+    try:
+        return (run_dir / agent_mode(host)).read_text().strip() or None
+    except FileNotFoundError:
+        return None
 
 
 def switch_log(name: str) -> str:

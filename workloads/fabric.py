@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emulation.rundir import RUNS, forget_pid, record_pid
+from emulation.rundir import RUNS, forget_pid
+from emulation.spawn import LocalSpawner, SpawnError
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology, load_topology
 from wire import faultsfile, runfiles
@@ -32,25 +33,23 @@ def topology_order(topo: Topology, hosts: list[str]) -> list[str]:
 
 
 class NamespaceSpawner:
-    """Starts rank processes inside Mininet hosts' network namespaces (mnexec -a PID), recording
-    each in the run directory so `make clean` can end what a crashed job leaves."""
+    """Starts rank processes inside Mininet hosts' namespaces through the testbed's spawner
+    (emulation/spawn.py), recorded in the run directory so `make clean` can end what a crashed job leaves."""
 
     def __init__(self, host_pids: dict[str, int], run_dir: Path, job: str) -> None:
-        self.host_pids = host_pids
+        if shutil.which("mnexec") is None:
+            raise JobError("mnexec (Mininet) not found on PATH")
+        self.spawner = LocalSpawner(run_dir, host_pids)
         self.run_dir = run_dir
         self.job = job
-        mnexec = shutil.which("mnexec")
-        if mnexec is None:
-            raise JobError("mnexec (Mininet) not found on PATH")
-        self.mnexec = mnexec
         self.labels: dict[int, str] = {}
 
     def __call__(self, endpoint: Endpoint, argv: list[str], log_path: Path) -> subprocess.Popen:
-        with log_path.open("ab") as out:
-            proc = subprocess.Popen([self.mnexec, "-a", str(self.host_pids[endpoint.name]), *argv], stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         label = f"rank-{self.job}-{endpoint.name}"
-        record_pid(self.run_dir, label, proc.pid)
+        try:
+            proc = self.spawner.start(label, argv, log_path, host=endpoint.name)
+        except SpawnError as exc:
+            raise JobError(str(exc)) from None
         self.labels[proc.pid] = label
         return proc
 

@@ -1,0 +1,71 @@
+"""Starting and stopping the testbed's processes, through one interface.
+
+`Spawner` is that interface: start a process — in the root namespace, or inside a Mininet host's
+namespaces — with its output in a log file, recorded in the run directory (pids/<label>.pid, with
+its start time) so `make clean` ends it if the run dies; stop it (SIGTERM, SIGKILL after a grace
+period, reaped, its record removed). `LocalSpawner` runs processes on this machine; a placement on
+other machines (cluster mode) implements the same two calls. Switch processes, the controller, the
+real-time watchdog, host agents, samplers and workload ranks all start and stop here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+from emulation.rundir import forget_pid, record_pid, stop_process
+
+
+class SpawnError(RuntimeError):
+    pass
+
+
+class Spawner(Protocol):
+    def add_hosts(self, pids: Mapping[str, int]) -> None:
+        """The hosts processes may start in: name → the PID that holds its namespaces."""
+        ...
+
+    def start(self, label: str, argv: list[str], log: Path | None = None, host: str | None = None,
+              new_session: bool = False) -> subprocess.Popen:
+        """Start argv (in `host`'s namespaces, or the root namespace), output appended to `log`
+        (None: discarded), recorded under `label`; new_session: its own session (no terminal signals)."""
+        ...
+
+    def stop(self, label: str, proc: subprocess.Popen, grace_s: float = 5.0) -> int:
+        """End a process start() started, reap it and drop its record; its exit status."""
+        ...
+
+
+class LocalSpawner:
+    """Processes on this machine; a host's are attached to its namespaces with Mininet's mnexec."""
+
+    def __init__(self, run_dir: Path, host_pids: Mapping[str, int] | None = None) -> None:
+        self.run_dir = run_dir
+        self.host_pids: dict[str, int] = dict(host_pids or {})
+
+    def add_hosts(self, pids: Mapping[str, int]) -> None:
+        self.host_pids.update(pids)
+
+    def start(self, label: str, argv: list[str], log: Path | None = None, host: str | None = None,
+              new_session: bool = False) -> subprocess.Popen:
+        if host is not None:
+            mnexec = shutil.which("mnexec")
+            if mnexec is None:
+                raise SpawnError("mnexec (Mininet) not found on PATH")
+            if host not in self.host_pids:
+                raise SpawnError(f"no host {host!r} to start {label} in")
+            argv = [mnexec, "-da" if new_session else "-a", str(self.host_pids[host]), *argv]
+        with (log or Path(os.devnull)).open("ab") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=new_session and host is None)
+        record_pid(self.run_dir, label, proc.pid)
+        return proc
+
+    def stop(self, label: str, proc: subprocess.Popen, grace_s: float = 5.0) -> int:
+        status = stop_process(proc, grace_s)
+        forget_pid(self.run_dir, label)
+        return status
