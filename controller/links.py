@@ -16,7 +16,7 @@ Port status comes first where there is one: a fabric port whose carrier is lost 
 the link; controller/portstatus.py watches them) fails its link at once, without waiting for
 probes; it cannot return before its ports are up and probes have flowed for the hold-down. Probes
 remain the only witness of what port status cannot see: a direction that loses frames with its
-carrier up. Pure logic, fed with times: the controller drives it (controller/app.py) and the tests
+carrier up. Pure logic, fed with times: the controller drives it (controller/healing.py) and the tests
 drive it with a clock.
 """
 

@@ -16,7 +16,7 @@ Evidence, per kind of fault:
   does; its peers only wait for it, which no network evidence above mistakes for a fault.
 
 Targets are what a fault is pinned to: ``link s1-s3`` (ends sorted), ``switch s3`` or ``host h3``.
-Pure logic fed with readings and times; the controller drives it (controller/app.py), the tests
+Pure logic fed with readings and times; the controller drives it (controller/diagnosis.py), the tests
 drive it with data.
 """
 
