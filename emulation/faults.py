@@ -10,9 +10,13 @@ inject through here.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
+import grpc
+
 from emulation.net import Testbed, TestbedError
+from wire import adviceclient, faultsfile
 
 FAULT_KINDS = ("link_down", "link_up", "loss", "flap", "rate", "delay")
 
@@ -67,18 +71,84 @@ def inject(tb: Testbed, fault: Fault) -> Injected:
         return Injected(at, at)
     if fault.kind == "flap":
         began = tb.now()
-        ups = tb.flap_link(a, b, fault.count, fault.period_s)
+        ups = _flap(tb, a, b, fault.count, fault.period_s)
         return Injected(began, ups[-1] if ups else began)
     if fault.kind == "loss":
-        at = tb.set_link_loss(a, b, fault.percent)
+        at = _loss(tb, a, b, fault.percent)
     elif fault.kind == "rate":
-        at = tb.set_switch_faults(a, rates={b: fault.mbps or None})
+        at = _switch_faults(tb, a, rates={b: fault.mbps or None})
     elif fault.kind == "delay" and tb.topo.is_host(a):
-        at = tb.set_host_faults(a, fault.delay_ms)
+        at = _host_delay(tb, a, fault.delay_ms)
     elif fault.kind == "delay":
         if not tb.topo.is_switch(a):
             raise TestbedError(f"no switch or host {a!r} in {tb.topo.name}")
-        at = tb.set_switch_faults(a, delay_ms=fault.delay_ms)
+        at = _switch_faults(tb, a, delay_ms=fault.delay_ms)
     else:
         raise TestbedError(f"unknown fault kind {fault.kind!r} (one of {', '.join(FAULT_KINDS)})")
     return Injected(at, at)
+
+
+def _flap(tb: Testbed, a: str, b: str, count: int, period_s: float) -> list[float]:
+    """The link a–b down and up `count` times, down for half of every `period_s`; the wall times it
+    came back up."""
+    ups = []
+    start = time.monotonic()
+    for i in range(count):
+        tb.set_link(a, b, up=False)
+        time.sleep(max(0.0, start + (i + 0.5) * period_s - time.monotonic()))
+        ups.append(tb.set_link(a, b, up=True))
+        time.sleep(max(0.0, start + (i + 1) * period_s - time.monotonic()))
+    return ups
+
+
+def _loss(tb: Testbed, sender: str, receiver: str, percent: float) -> float:
+    """`percent` of the frames sender → receiver lost (0 clears), through the controller (it writes
+    the receiving switch's fault_inject); the wall time the request was made."""
+    began = tb.now()
+    try:
+        adviceclient.set_link_loss(tb.run_dir, sender, receiver, percent)
+    except grpc.RpcError as exc:
+        raise TestbedError(f"{sender} -> {receiver}: {exc.details()}") from None
+    return began
+
+
+def _switch_faults(tb: Testbed, switch: str, delay_ms: float | None = None,
+                   rates: dict[str, float | None] | None = None) -> float:
+    """A switch's faults file: delay_ms holds every frame it forwards that long (a slow switch; 0
+    clears); rates {neighbour: Mbit/s} drains its port toward that neighbour at that rate (a port
+    running below its capacity; None restores it). The wall time it was written."""
+    if not tb.topo.is_switch(switch):
+        raise TestbedError(f"no switch {switch!r} in {tb.topo.name}")
+    state = tb.switch_faults.setdefault(switch, {"delay_ms": 0.0, "rates": {}})
+    if delay_ms is not None:
+        if delay_ms < 0:
+            raise TestbedError(f"{switch}: a delay must be >= 0 ms, got {delay_ms:g}")
+        state["delay_ms"] = delay_ms
+    for neighbour, mbps in (rates or {}).items():
+        try:
+            port = tb.topo.find_link(switch, neighbour).port_of(switch)
+        except ValueError as exc:
+            raise TestbedError(str(exc)) from None
+        if mbps is None:
+            state["rates"].pop(port, None)
+        elif mbps <= 0:
+            raise TestbedError(f"{switch} -> {neighbour}: a rate must be > 0 Mbit/s, got {mbps:g}")
+        else:
+            state["rates"][port] = mbps
+    began = tb.now()
+    try:
+        tb.switches[switch].process.set_faults(state["delay_ms"], dict(state["rates"]))
+    except NotImplementedError as exc:
+        raise TestbedError(f"{switch}: {exc}") from None
+    return began
+
+
+def _host_delay(tb: Testbed, host: str, compute_delay_ms: float) -> float:
+    """A slow host: every all-reduce rank on `host` takes compute_delay_ms longer over each piece it
+    reduces or copies (a straggling GPU; 0 clears), through the host's faults file, which running
+    ranks follow within 0.1 s. The wall time it was written."""
+    if not 0 <= compute_delay_ms <= 60_000:
+        raise TestbedError(f"{host}: a compute delay must be within 0..60000 ms, got {compute_delay_ms:g}")
+    began = tb.now()
+    faultsfile.write(faultsfile.path_of(tb.run_dir, host, "hosts"), {"compute_delay_ms": compute_delay_ms})
+    return began

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import grpc
 from mininet.log import info
 from mininet.net import Mininet
 
@@ -32,7 +31,7 @@ from topologies.addressing import AddressPlan
 from topologies.spec import Topology
 from wire import advice_pb2 as pb
 from wire import advice_pb2_grpc as pb_grpc
-from wire import faultsfile, runfiles
+from wire import runfiles
 from wire.adviceclient import channel
 from wire.fidelity import create_file
 from wire.p4info import DEFAULT_P4INFO, P4Schema
@@ -83,7 +82,7 @@ class Testbed:
         self.controller_args = list(controller_args or [])
         self.int_sample_log2 = int_sample_log2
         self.mode = mode
-        self._faults: dict[str, dict] = {}  # switch → injected delay_ms and port rates (set_switch_faults)
+        self.switch_faults: dict[str, dict] = {}  # switch → injected delay_ms and port rates (emulation/faults.py)
         self.with_agents = agents
         self.agents: dict[str, subprocess.Popen] = {}
         self.topo = topo
@@ -128,9 +127,38 @@ class Testbed:
         if self.dataplane == "bmv2":
             info("*** Compiling p4src/starnet.p4 for BMv2\n")
             compile_p4()
+        net = self._build_network()
+        self.spawner.add_hosts({host.name: host.pid for host in net.hosts})
+        for host in net.hosts:
+            record_pid(self.run_dir, f"host-{host.name}", host.pid)
+            address = self.plan.hosts[host.name]
+            host.setup_fabric(address.ip, address.gateway_ip, address.gateway_mac)
+        for sw in net.switches:
+            record_pid(self.run_dir, f"shell-{sw.name}", sw.pid)
+        info(f"*** Starting {len(self.switches)} {self.dataplane} switches\n")
+        for sw in self.switches.values():
+            sw.launch()
+        for sw in self.switches.values():
+            sw.wait_ready()
+        (self.run_dir / runfiles.SWITCHES).write_text(json.dumps({
+            "dataplane": self.dataplane,
+            "switches": {name: sw.process.describe() for name, sw in self.switches.items()},
+        }, indent=1))
+        info("*** Starting the controller\n")
+        self._start_controller()
+        if self.with_agents:
+            info("*** Starting host agents\n")
+            self._start_agents()
+        if self.realtime_priority:
+            self._provision_realtime()
+        self.ready_at = time.time()
+
+    def _build_network(self) -> Mininet:
+        """The Mininet network of the topology: switches (their processes not started yet), hosts
+        with their addresses, links with the interface names and MACs of the address plan."""
         net = Mininet(topo=None, controller=None, host=self.nodes.host, link=self.nodes.link, build=False,
                       autoSetMacs=False, autoStaticArp=False, waitConnected=False)
-        self.net = net
+        self.net = net  # from here on, stop() takes down whatever was built
         n = len(self.topo.switches)
         ports = free_ports(2 * n)
         switch_cls = self.nodes.soft_switch if self.dataplane == "soft" else self.nodes.bmv2_switch
@@ -163,30 +191,7 @@ class Testbed:
             net.addLink(link.a, link.b, **kwargs)
         record_interfaces(self.run_dir, intfs)
         net.build()
-        self.spawner.add_hosts({host.name: host.pid for host in net.hosts})
-        for host in net.hosts:
-            record_pid(self.run_dir, f"host-{host.name}", host.pid)
-            address = self.plan.hosts[host.name]
-            host.setup_fabric(address.ip, address.gateway_ip, address.gateway_mac)
-        for sw in net.switches:
-            record_pid(self.run_dir, f"shell-{sw.name}", sw.pid)
-        info(f"*** Starting {n} {self.dataplane} switches\n")
-        for sw in self.switches.values():
-            sw.launch()
-        for sw in self.switches.values():
-            sw.wait_ready()
-        (self.run_dir / runfiles.SWITCHES).write_text(json.dumps({
-            "dataplane": self.dataplane,
-            "switches": {name: sw.process.describe() for name, sw in self.switches.items()},
-        }, indent=1))
-        info("*** Starting the controller\n")
-        self._start_controller()
-        if self.with_agents:
-            info("*** Starting host agents\n")
-            self._start_agents()
-        if self.realtime_priority:
-            self._provision_realtime()
-        self.ready_at = time.time()
+        return net
 
     def _provision_realtime(self) -> None:
         """Real-time scheduling once the network is up: the control plane (controller and host
@@ -353,72 +358,6 @@ class Testbed:
         began = self.now()
         self.net.configLinkStatus(a, b, "up" if up else "down")
         return began
-
-    def set_link_loss(self, sender: str, receiver: str, percent: float) -> float:
-        """Lose `percent` of the frames sender → receiver (0 clears), through the controller (it
-        writes the receiving switch's fault_inject); returns the wall time the request was made."""
-        began = self.now()
-        with channel(self.run_dir) as ch:
-            try:
-                pb_grpc.AdviceStub(ch).SetLinkLoss(pb.LinkLossRequest(sender=sender, receiver=receiver,
-                                                                      percent=percent), timeout=5.0)
-            except grpc.RpcError as exc:
-                raise TestbedError(f"{sender} -> {receiver}: {exc.details()}") from None
-        return began
-
-    def set_switch_faults(self, switch: str, delay_ms: float | None = None,
-                          rates: dict[str, float | None] | None = None) -> float:
-        """Injected faults on a switch: delay_ms holds every frame it forwards that long (a slow
-        switch; 0 clears); rates {neighbour: Mbit/s} drains its port toward that neighbour at that
-        rate (a port running below its capacity; None restores it). Returns the wall time."""
-        if not self.topo.is_switch(switch):
-            raise TestbedError(f"no switch {switch!r} in {self.topo.name}")
-        state = self._faults.setdefault(switch, {"delay_ms": 0.0, "rates": {}})
-        if delay_ms is not None:
-            if delay_ms < 0:
-                raise TestbedError(f"{switch}: a delay must be >= 0 ms, got {delay_ms:g}")
-            state["delay_ms"] = delay_ms
-        for neighbour, mbps in (rates or {}).items():
-            try:
-                port = self.topo.find_link(switch, neighbour).port_of(switch)
-            except ValueError as exc:
-                raise TestbedError(str(exc)) from None
-            if mbps is None:
-                state["rates"].pop(port, None)
-            elif mbps <= 0:
-                raise TestbedError(f"{switch} -> {neighbour}: a rate must be > 0 Mbit/s, got {mbps:g}")
-            else:
-                state["rates"][port] = mbps
-        began = self.now()
-        try:
-            self.switches[switch].process.set_faults(state["delay_ms"], dict(state["rates"]))
-        except NotImplementedError as exc:
-            raise TestbedError(f"{switch}: {exc}") from None
-        return began
-
-    def set_host_faults(self, host: str, compute_delay_ms: float) -> float:
-        """A slow host: every all-reduce rank on `host` takes compute_delay_ms longer over each piece it
-        reduces or copies (a straggling GPU; 0 clears). Ranks running now pick it up within 0.1 s.
-        Returns the wall time."""
-        if not self.topo.is_host(host):
-            raise TestbedError(f"no host {host!r} in {self.topo.name}")
-        if not 0 <= compute_delay_ms <= 60_000:
-            raise TestbedError(f"{host}: a compute delay must be within 0..60000 ms, got {compute_delay_ms:g}")
-        began = self.now()
-        faultsfile.write(faultsfile.path_of(self.run_dir, host, "hosts"), {"compute_delay_ms": compute_delay_ms})
-        return began
-
-    def flap_link(self, a: str, b: str, count: int, period_s: float) -> list[float]:
-        """Take the link a–b down and up `count` times, down for half of every `period_s`; the wall
-        times it came back up."""
-        ups = []
-        start = time.monotonic()
-        for i in range(count):
-            self.set_link(a, b, up=False)
-            time.sleep(max(0.0, start + (i + 0.5) * period_s - time.monotonic()))
-            ups.append(self.set_link(a, b, up=True))
-            time.sleep(max(0.0, start + (i + 1) * period_s - time.monotonic()))
-        return ups
 
     def links_timeline(self) -> list[dict]:
         """The controller's link timeline (links.csv): one row per link that failed or came back."""

@@ -34,3 +34,11 @@ def get_state(run_dir: Path, switch: str = "", port: int = 0, include_flows: boo
     with channel(run_dir) as ch:
         return pb_grpc.AdviceStub(ch).GetState(
             pb.GetStateRequest(switch=switch, port=port, include_flows=include_flows), timeout=timeout_s)
+
+
+def set_link_loss(run_dir: Path, sender: str, receiver: str, percent: float, timeout_s: float = 5.0) -> float:
+    """Synchronous SetLinkLoss: `percent` of the frames sender → receiver lost (0 clears); as installed."""
+    with channel(run_dir) as ch:
+        reply = pb_grpc.AdviceStub(ch).SetLinkLoss(
+            pb.LinkLossRequest(sender=sender, receiver=receiver, percent=percent), timeout=timeout_s)
+    return reply.percent

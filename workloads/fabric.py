@@ -88,7 +88,7 @@ class FabricView:
         return cls(run_dir, load_topology(run_dir / runfiles.TOPOLOGY), pids)
 
     def host_faults(self, host: str) -> Path:
-        """The host's faults file (written by Testbed.set_host_faults), which its ranks follow."""
+        """The host's faults file (written by emulation/faults.py), which its ranks follow."""
         return faultsfile.path_of(self.run_dir, host, "hosts")
 
     def controller_address(self) -> str | None:

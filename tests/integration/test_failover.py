@@ -19,6 +19,7 @@ from __future__ import annotations
 import pytest
 
 from controller.routing import compute_routes
+from emulation.faults import Fault, inject
 from emulation.net import Testbed
 from emulation.p4read import read
 from lab.failover import cut_during_ring, timeline_row
@@ -69,7 +70,7 @@ def test_a_direction_that_loses_every_frame_is_found_by_probes_and_routed_around
     a ring across the leaves completes correctly over the other spine, and once the loss is cleared
     the link returns after the hold-down."""
     link = "s1-s3"
-    injected = fabric.set_link_loss("s1", "s3", 100)
+    injected = inject(fabric, Fault("loss", ("s1", "s3"), percent=100)).began
     try:
         assert wait_until(lambda: timeline_row(fabric, link, "down", injected) is not None, PROBE_DETECT_MAX_S + 3.0), \
             f"the probes never found {link} losing frames"
@@ -84,7 +85,7 @@ def test_a_direction_that_loses_every_frame_is_found_by_probes_and_routed_around
         result = run_job(spec, FabricView.of_testbed(fabric), progress=None).results[0]
         assert result.wrong == 0
     finally:
-        cleared = fabric.set_link_loss("s1", "s3", 0)
+        cleared = inject(fabric, Fault("loss", ("s1", "s3"), percent=0)).began
     assert wait_until(lambda: timeline_row(fabric, link, "up", cleared) is not None, 5.0), \
         f"{link} never returned to service"
 
@@ -114,7 +115,7 @@ def routes_read_back(tb: Testbed, switch: str) -> dict[str, tuple[int, ...]]:
 
 def test_a_link_flapping_ten_times_in_five_seconds_leaves_the_switches_as_the_controller_routes(fabric):
     link = ("s4", "s2")
-    last_up = fabric.flap_link(*link, count=10, period_s=0.5)[-1]
+    last_up = inject(fabric, Fault("flap", link, count=10, period_s=0.5)).settled
     name = "-".join(sorted(link))
     assert wait_until(lambda: any(r["link"] == name and r["state"] == "up" and float(r["detected_wall"]) >= last_up
                                   for r in fabric.links_timeline()), 5.0), "the link never returned to service"

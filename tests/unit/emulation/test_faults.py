@@ -1,20 +1,41 @@
-"""The one fault dispatcher: each kind goes through its channel, and a fault reads back from its record."""
+"""The one fault dispatcher: each kind goes through its channel (Mininet, the controller's API, a
+switch's faults, a host's faults file), and a fault reads back from its record."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from emulation import net
+from emulation import faults, net
 from emulation.faults import FAULT_KINDS, Fault, inject
 from topologies import leafspine
 
 
-class FakeTestbed:
-    """The channels of emulation.net.Testbed, recorded."""
+class FakeProcess:
+    def __init__(self, calls: list[tuple]) -> None:
+        self.calls = calls
 
-    def __init__(self) -> None:
+    def set_faults(self, delay_ms: float, rates: dict[int, float]) -> None:
+        self.calls.append(("switch", delay_ms, rates))
+
+
+class FakeSwitch:
+    def __init__(self, calls: list[tuple]) -> None:
+        self.process = FakeProcess(calls)
+
+
+class FakeTestbed:
+    """What emulation.net.Testbed offers the dispatcher: its topology, run directory, clock, Mininet
+    link state and switch processes, recorded."""
+
+    def __init__(self, run_dir: Path) -> None:
         self.topo = leafspine()
+        self.run_dir = run_dir
         self.calls: list[tuple] = []
+        self.switches = {s.name: FakeSwitch(self.calls) for s in self.topo.switches}
+        self.switch_faults: dict[str, dict] = {}
         self.clock = 100.0
 
     def now(self) -> float:
@@ -25,50 +46,58 @@ class FakeTestbed:
         self.calls.append(("link", a, b, up))
         return self.now()
 
-    def flap_link(self, a: str, b: str, count: int, period_s: float) -> list[float]:
-        self.calls.append(("flap", a, b, count, period_s))
-        return [self.now() for _ in range(count)]
 
-    def set_link_loss(self, sender: str, receiver: str, percent: float) -> float:
-        self.calls.append(("loss", sender, receiver, percent))
-        return self.now()
-
-    def set_switch_faults(self, switch: str, delay_ms: float | None = None,
-                          rates: dict[str, float | None] | None = None) -> float:
-        self.calls.append(("switch", switch, delay_ms, rates))
-        return self.now()
-
-    def set_host_faults(self, host: str, delay_ms: float) -> float:
-        self.calls.append(("host", host, delay_ms))
-        return self.now()
+@pytest.fixture
+def tb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeTestbed:
+    fake = FakeTestbed(tmp_path)
+    monkeypatch.setattr(faults.adviceclient, "set_link_loss",
+                        lambda run_dir, sender, receiver, percent: fake.calls.append(("loss", sender, receiver,
+                                                                                       percent)))
+    return fake
 
 
 @pytest.mark.parametrize(("fault", "call"), [
     (Fault("link_down", ("s3", "s1")), ("link", "s3", "s1", False)),
     (Fault("link_up", ("s3", "s1")), ("link", "s3", "s1", True)),
     (Fault("loss", ("s1", "s4"), percent=2.5), ("loss", "s1", "s4", 2.5)),
-    (Fault("rate", ("s3", "s1"), mbps=10), ("switch", "s3", None, {"s1": 10})),
-    (Fault("rate", ("s3", "s1")), ("switch", "s3", None, {"s1": None})),
-    (Fault("delay", ("s2", "s2"), delay_ms=5), ("switch", "s2", 5, None)),
-    (Fault("delay", ("h3", "h3"), delay_ms=20), ("host", "h3", 20)),
+    (Fault("rate", ("s3", "s1"), mbps=10), ("switch", 0.0, {5: 10})),
+    (Fault("delay", ("s2", "s2"), delay_ms=5), ("switch", 5, {})),
 ])
-def test_each_kind_goes_through_its_channel(fault: Fault, call: tuple) -> None:
-    tb = FakeTestbed()
+def test_each_kind_goes_through_its_channel(tb: FakeTestbed, fault: Fault, call: tuple) -> None:
     injected = inject(tb, fault)  # type: ignore[arg-type]
     assert tb.calls == [call]
     assert injected.began == injected.settled == 101.0
 
 
-def test_a_flap_says_when_it_began_and_when_the_link_last_came_back() -> None:
-    tb = FakeTestbed()
-    injected = inject(tb, Fault("flap", ("s4", "s2"), count=3, period_s=0.5))  # type: ignore[arg-type]
-    assert tb.calls == [("flap", "s4", "s2", 3, 0.5)]
-    assert (injected.began, injected.settled) == (101.0, 104.0)
+def test_a_switch_keeps_its_other_faults_and_a_rate_of_zero_restores_the_port(tb: FakeTestbed) -> None:
+    inject(tb, Fault("rate", ("s3", "s1"), mbps=10))  # type: ignore[arg-type]
+    inject(tb, Fault("delay", ("s3", "s3"), delay_ms=5))  # type: ignore[arg-type]
+    inject(tb, Fault("rate", ("s3", "s1")))  # type: ignore[arg-type]
+    assert tb.calls == [("switch", 0.0, {5: 10}), ("switch", 5, {5: 10}), ("switch", 5, {})]
 
 
-def test_a_delay_on_a_node_that_is_not_there_is_refused() -> None:
-    with pytest.raises(net.TestbedError, match="no switch or host 'x9'"):
-        inject(FakeTestbed(), Fault("delay", ("x9", "x9"), delay_ms=5))  # type: ignore[arg-type]
+def test_a_slow_host_is_written_to_its_faults_file(tb: FakeTestbed) -> None:
+    inject(tb, Fault("delay", ("h3", "h3"), delay_ms=20))  # type: ignore[arg-type]
+    assert json.loads((tb.run_dir / "hosts" / "h3.faults.json").read_text()) == {"compute_delay_ms": 20}
+    assert tb.calls == []
+
+
+def test_a_flap_says_when_it_began_and_when_the_link_last_came_back(tb: FakeTestbed) -> None:
+    injected = inject(tb, Fault("flap", ("s4", "s2"), count=3, period_s=0.03))  # type: ignore[arg-type]
+    assert tb.calls == [("link", "s4", "s2", False), ("link", "s4", "s2", True)] * 3
+    assert (injected.began, injected.settled) == (101.0, 107.0)
+
+
+@pytest.mark.parametrize(("fault", "message"), [
+    (Fault("delay", ("x9", "x9"), delay_ms=5), "no switch or host 'x9'"),
+    (Fault("delay", ("s2", "s2"), delay_ms=-1), "a delay must be >= 0 ms"),
+    (Fault("delay", ("h2", "h2"), delay_ms=70_000), "within 0..60000 ms"),
+    (Fault("rate", ("s3", "s4"), mbps=5), "s3.*s4"),
+])
+def test_a_fault_that_cannot_be_applied_is_refused(tb: FakeTestbed, fault: Fault, message: str) -> None:
+    with pytest.raises((net.TestbedError, ValueError), match=message):
+        inject(tb, fault)  # type: ignore[arg-type]
+    assert tb.calls == []
 
 
 @pytest.mark.parametrize("fault", [
