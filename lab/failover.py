@@ -11,8 +11,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from emulation.faults import Fault, inject
 from emulation.net import Testbed
 from emulation.waiting import wait_until
 from wire.adviceclient import get_state
@@ -85,55 +87,75 @@ def cut_during_ring(tb: Testbed, flow: tuple[str, str], cut_end: str | None, por
                                        f"{port_base}-{port_base + 99}", "--host", f"{sender}={netns}"])
     job.start()
     try:
-        ports = range(port_base, port_base + 100)
-        if not wait_until(lambda: spine_of(tb, *flow, ports) is not None, 15.0):
-            raise FailoverError(f"the {flow[0]} -> {flow[1]} flow never showed in INT")
-        spine = spine_of(tb, *flow, ports)
-        assert spine is not None
-        leaf = cut_end or tb.topo.neighbours(sender)[0][0]
-        time.sleep(1.0)  # mid-run
-        cut = tb.set_link(leaf, spine, up=False)
-        link = "-".join(sorted((leaf, spine)))
-        if not wait_until(lambda: timeline_row(tb, link, "down", cut) is not None, 3.0):
-            raise FailoverError(f"the controller never saw {link} down")
-        seen = when_seen() if when_seen is not None else None
-        job.join(120)
-        if job.is_alive():
-            raise FailoverError("the all-reduce did not finish within 120 s of the cut")
-        restored = None
-        if restore:
-            restored = back = tb.set_link(leaf, spine, up=True)
-            if not wait_until(lambda: timeline_row(tb, link, "up", back) is not None, 5.0):
-                raise FailoverError(f"{link} never returned to service")
+        cut = _cut(tb, flow, cut_end, range(port_base, port_base + 100), job, restore, when_seen)
     finally:
         job.join(120)
         tb.spawner.stop(label, sampler)
     if not outcome or isinstance(outcome[0], Exception):
         raise FailoverError(f"the all-reduce failed: {outcome[0] if outcome else 'no outcome'}")
     result = outcome[0].results[0]
-    down = timeline_row(tb, link, "down", cut)
+    down = timeline_row(tb, cut.link, "down", cut.at)
     assert down is not None  # waited for above
-    detected = float(down["detected_wall"]) - cut
-    figures = {"link": link, "spine": spine, "wrong": result.wrong, "busbw_mbps": result.busbw_gbs * 8e3,
+    detected = float(down["detected_wall"]) - cut.at
+    figures = {"link": cut.link, "spine": cut.spine, "wrong": result.wrong, "busbw_mbps": result.busbw_gbs * 8e3,
                "detected_ms": detected * 1e3, "routes_ms": detected * 1e3 + float(down["routes_written_ms"]),
                "route_updates": int(down["route_updates"]),
                "advice_ms": detected * 1e3 + float(down["advice_decided_ms"] or "nan"),
-               "gap_ms": longest_gap(tcp_log, cut - 0.2, cut + 1.0) * 1e3, "seen": seen,
-               "verdict": tb.verdict(cut - 1.0, cut + 1.0)}
-    if restored is not None:
-        up = timeline_row(tb, link, "up", restored)
+               "gap_ms": longest_gap(tcp_log, cut.at - 0.2, cut.at + 1.0) * 1e3, "seen": cut.seen,
+               "verdict": tb.verdict(cut.at - 1.0, cut.at + 1.0)}
+    if cut.restored is not None:
+        up = timeline_row(tb, cut.link, "up", cut.restored)
         assert up is not None
-        figures["back_ms"] = (float(up["detected_wall"]) - restored) * 1e3
-    if quiet:
-        return figures
-    print(f"\n  timeline of {link} (ring h1 h2 h5 h6, {flow[0]} -> {flow[1]} crossed {spine}):"
+        figures["back_ms"] = (float(up["detected_wall"]) - cut.restored) * 1e3
+    if not quiet:
+        _print_timeline(figures, flow, cut.restored is not None)
+    return figures
+
+
+@dataclass
+class _Cut:
+    link: str
+    spine: str
+    at: float  # wall time the cut began
+    seen: object  # when_seen()'s result
+    restored: float | None  # wall time the link was brought back (None: left down)
+
+
+def _cut(tb: Testbed, flow: tuple[str, str], cut_end: str | None, ports: range, job: threading.Thread,
+         restore: bool, when_seen: Callable[[], object] | None) -> _Cut:
+    """Once the flow shows in INT, mid-run, the link between its spine and `cut_end` (or its
+    sender's leaf) cut; waited for the controller to see it, the job to end and (restore) the
+    link to return to service."""
+    if not wait_until(lambda: spine_of(tb, *flow, ports) is not None, 15.0):
+        raise FailoverError(f"the {flow[0]} -> {flow[1]} flow never showed in INT")
+    spine = spine_of(tb, *flow, ports)
+    assert spine is not None
+    leaf = cut_end or tb.topo.neighbours(flow[0])[0][0]
+    time.sleep(1.0)  # mid-run
+    at = inject(tb, Fault("link_down", (leaf, spine))).began
+    link = "-".join(sorted((leaf, spine)))
+    if not wait_until(lambda: timeline_row(tb, link, "down", at) is not None, 3.0):
+        raise FailoverError(f"the controller never saw {link} down")
+    seen = when_seen() if when_seen is not None else None
+    job.join(120)
+    if job.is_alive():
+        raise FailoverError("the all-reduce did not finish within 120 s of the cut")
+    restored = None
+    if restore:
+        restored = back = inject(tb, Fault("link_up", (leaf, spine))).began
+        if not wait_until(lambda: timeline_row(tb, link, "up", back) is not None, 5.0):
+            raise FailoverError(f"{link} never returned to service")
+    return _Cut(link, spine, at, seen, restored)
+
+
+def _print_timeline(figures: dict, flow: tuple[str, str], restored: bool) -> None:
+    print(f"\n  timeline of {figures['link']} (ring h1 h2 h5 h6, {flow[0]} -> {flow[1]} crossed {figures['spine']}):"
           f"\n  {'fault (link cut)':36} 0.0 ms"
           f"\n  {'detected by the controller':36} {figures['detected_ms']:.1f} ms"
-          f"\n  {'routes written (' + down['route_updates'] + ' updates)':36} {figures['routes_ms']:.1f} ms"
+          f"\n  {'routes written (' + str(figures['route_updates']) + ' updates)':36} {figures['routes_ms']:.1f} ms"
           f"\n  {'advice re-planned':36} {figures['advice_ms']:.1f} ms"
           f"\n  {f'longest gap in {flow[0]} -> {flow[1]} (TCP acks)':36} {figures['gap_ms']:.0f} ms"
           + (f"\n  {'restored -> back in service':36} {figures['back_ms']:.0f} ms (hold-down 500 ms)"
-             if restored is not None else "")
-          + f"\n  all-reduce: {figures['busbw_mbps']:.2f} Mbit/s busbw, {result.wrong} wrong"
+             if restored else "")
+          + f"\n  all-reduce: {figures['busbw_mbps']:.2f} Mbit/s busbw, {figures['wrong']} wrong"
           + f"\n  {figures['verdict'].line()}")
-    return figures

@@ -13,7 +13,7 @@ from typing import Any
 
 from emulation.faults import Fault
 from emulation.rundir import RUNS
-from lab.results import ScenarioResult
+from lab.results import ModeRun, ScenarioResult
 from wire import runfiles
 from wire.runfiles import read_rows, read_telemetry
 
@@ -122,21 +122,37 @@ def report_table(path: Path) -> str:
 
 
 def _plots(result: ScenarioResult) -> list[tuple[str, Path]]:
-    import matplotlib
+    """Every plot of the report, drawn and saved beside it: (title, PNG)."""
+    import matplotlib  # only when a report is drawn: importing it costs ~0.5 s
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out: list[tuple[str, Path]] = []
-    runs = result.runs
     topo = result.scenario.topology
+    capacity = {(s.name, link.port_of(s.name)): link for s in topo.switches for link in topo.links_of(s.name)}
+    out = [("Queues", _save(_queues_plot(result, capacity, plt), result.out_dir / "queues.png", plt))]
+    if "advice" in result.runs:
+        out.append(("Advised vs achieved rates",
+                    _save(_rates_plot(result.runs["advice"], plt), result.out_dir / "rates-advice.png", plt)))
+    roles = {s.name: s.role for s in topo.switches}
+    uplinks = {k for k, link in capacity.items()
+               if roles.get(k[0]) == "leaf" and roles.get(link.other(k[0])) == "spine"}
+    if uplinks:
+        out.append(("Uplink utilisation",
+                    _save(_utilisation_plot(result, uplinks, plt), result.out_dir / "utilisation.png", plt)))
+    jobs = [j.name for j in result.scenario.jobs if j.kind == "allreduce"]
+    if jobs:
+        out.append(("busbw per mode", _save(_busbw_plot(result, jobs, plt), result.out_dir / "busbw.png", plt)))
+    return out
+
+
+def _queues_plot(result: ScenarioResult, capacity: dict, plt: Any) -> Any:
+    """Queue over time at the worst ports, per mode, with the ECN threshold (a quarter of the queue).
+    Every reading is drawn; a mode's title gives its faithful share, and an unfaithful run still
+    gets its plot (ranked over all windows), labelled so."""
+    runs = result.runs
     worst = {m: r.worst_port() for m, r in runs.items()}
     watched = sorted({(w.switch, w.port) for w in worst.values() if w})
-    capacity = {(s.name, link.port_of(s.name)): link for s in topo.switches for link in topo.links_of(s.name)}
-
-    # Queue over time at the worst ports, per mode, with the ECN threshold (a quarter of the queue).
-    # Every reading is drawn; a mode's title gives its faithful share, and an unfaithful run still
-    # gets its plot (ranked over all windows), labelled so.
     fig, axes = plt.subplots(len(runs), 1, figsize=(11, 2.6 * len(runs)), sharex=True, squeeze=False)
     for ax, (mode, run) in zip(axes[:, 0], runs.items(), strict=True):
         rows = read_telemetry(Path(run.run_dir) / runfiles.TELEMETRY, run.t0, run.t1)
@@ -157,76 +173,73 @@ def _plots(result: ScenarioResult) -> list[tuple[str, Path]]:
     axes[-1, 0].set_xlabel("seconds into the mode's run")
     fig.suptitle("INT queue readings at the worst ports")
     fig.tight_layout()
-    out.append(("Queues", _save(fig, result.out_dir / "queues.png", plt)))
+    return fig
 
-    # Advised vs achieved rate per host (the advice mode).
-    if "advice" in runs:
-        run = runs["advice"]
-        run_dir = Path(run.run_dir)
-        rates = [r for r in read_rows(Path(run.host_rates)) if run.t0 <= float(r["time"]) < run.t1]
-        hosts = sorted({r["host"] for r in rates if float(r["tx_mbps"]) > 0.05}, key=lambda h: int(h[1:]))
-        if not hosts:
-            fig, ax = plt.subplots(figsize=(11, 1.5))
-            _no_data(ax, "no host sent in the advice run")
-            out.append(("Advised vs achieved rates", _save(fig, result.out_dir / "rates-advice.png", plt)))
-        else:
-            fig, axes = plt.subplots(len(hosts), 1, figsize=(11, 1.5 * len(hosts)), sharex=True, squeeze=False)
-            for ax, host in zip(axes[:, 0], hosts, strict=True):
-                achieved = [(float(r["time"]) - run.t0, float(r["tx_mbps"])) for r in rates if r["host"] == host]
-                ax.plot([p[0] for p in achieved], [p[1] for p in achieved], lw=0.8, label="achieved (all destinations)")
-                advised = _advised_total(run_dir, host, run.t0, run.t1)
-                if advised:
-                    ax.step([p[0] for p in advised], [p[1] for p in advised], where="post", lw=0.8,
-                            label="advised (sum over destinations)")
-                ax.set_ylabel(f"{host}\nMbit/s", fontsize=8)
-                ax.grid(alpha=0.3)
-            axes[0, 0].legend(loc="upper right", fontsize=7)
-            axes[-1, 0].set_xlabel("seconds into the advice run")
-            fig.suptitle("Advised and achieved sending rate per host (advice mode)")
-            fig.tight_layout()
-            out.append(("Advised vs achieved rates", _save(fig, result.out_dir / "rates-advice.png", plt)))
 
-    # Utilisation of the leaf→spine ports over time (INT tx rate / capacity), per mode.
-    roles = {s.name: s.role for s in topo.switches}
-    uplinks = {k for k, link in capacity.items()
-               if roles.get(k[0]) == "leaf" and roles.get(link.other(k[0])) == "spine"}
-    if uplinks:
-        fig, ax = plt.subplots(figsize=(11, 3.2))
-        for mode, run in runs.items():
-            readings = [(r.time - run.t0, r.utilisation) for r in
-                        read_telemetry(Path(run.run_dir) / runfiles.TELEMETRY, run.t0, run.t1)
-                        if (r.switch, r.port) in uplinks and r.utilisation is not None]
-            if readings:
-                t = [time for time, _ in readings]
-                u = [float(util or 0.0) for _, util in readings]
-                bins = max(1, int(max(t) / 0.5))
-                sums, edges = _binned_mean(t, u, bins)
-                ax.plot(edges, sums, lw=1, label=mode)
-        ax.set_ylabel("mean utilisation")
-        ax.set_xlabel("seconds into the mode's run")
-        ax.set_ylim(0, 1.1)
+def _rates_plot(run: ModeRun, plt: Any) -> Any:
+    """Advised vs achieved rate per host (the advice mode)."""
+    run_dir = Path(run.run_dir)
+    rates = [r for r in read_rows(Path(run.host_rates)) if run.t0 <= float(r["time"]) < run.t1]
+    hosts = sorted({r["host"] for r in rates if float(r["tx_mbps"]) > 0.05}, key=lambda h: int(h[1:]))
+    if not hosts:
+        fig, ax = plt.subplots(figsize=(11, 1.5))
+        _no_data(ax, "no host sent in the advice run")
+        return fig
+    fig, axes = plt.subplots(len(hosts), 1, figsize=(11, 1.5 * len(hosts)), sharex=True, squeeze=False)
+    for ax, host in zip(axes[:, 0], hosts, strict=True):
+        achieved = [(float(r["time"]) - run.t0, float(r["tx_mbps"])) for r in rates if r["host"] == host]
+        ax.plot([p[0] for p in achieved], [p[1] for p in achieved], lw=0.8, label="achieved (all destinations)")
+        advised = _advised_total(run_dir, host, run.t0, run.t1)
+        if advised:
+            ax.step([p[0] for p in advised], [p[1] for p in advised], where="post", lw=0.8,
+                    label="advised (sum over destinations)")
+        ax.set_ylabel(f"{host}\nMbit/s", fontsize=8)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        ax.set_title("Leaf→spine ports: utilisation from INT (0.5 s bins)")
-        fig.tight_layout()
-        out.append(("Uplink utilisation", _save(fig, result.out_dir / "utilisation.png", plt)))
+    axes[0, 0].legend(loc="upper right", fontsize=7)
+    axes[-1, 0].set_xlabel("seconds into the advice run")
+    fig.suptitle("Advised and achieved sending rate per host (advice mode)")
+    fig.tight_layout()
+    return fig
 
-    # busbw per all-reduce job per mode.
-    jobs = [j.name for j in result.scenario.jobs if j.kind == "allreduce"]
-    if jobs:
-        fig, ax = plt.subplots(figsize=(8, 3.2))
-        width = 0.8 / max(1, len(runs))
-        for i, (mode, run) in enumerate(runs.items()):
-            values = [next(r for r in run.jobs if r.name == j).figures.get("busbw_mbps", 0.0) for j in jobs]
-            ax.bar([k + i * width for k in range(len(jobs))], values, width, label=mode)
-        ax.set_xticks([k + width * (len(runs) - 1) / 2 for k in range(len(jobs))], jobs)
-        ax.set_ylabel("busbw (Mbit/s)")
-        ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=8)
-        ax.set_title("All-reduce bus bandwidth per mode")
-        fig.tight_layout()
-        out.append(("busbw per mode", _save(fig, result.out_dir / "busbw.png", plt)))
-    return out
+
+def _utilisation_plot(result: ScenarioResult, uplinks: set[tuple[str, int]], plt: Any) -> Any:
+    """Utilisation of the leaf→spine ports over time (INT tx rate / capacity), per mode."""
+    fig, ax = plt.subplots(figsize=(11, 3.2))
+    for mode, run in result.runs.items():
+        readings = [(r.time - run.t0, r.utilisation) for r in
+                    read_telemetry(Path(run.run_dir) / runfiles.TELEMETRY, run.t0, run.t1)
+                    if (r.switch, r.port) in uplinks and r.utilisation is not None]
+        if readings:
+            t = [time for time, _ in readings]
+            u = [float(util or 0.0) for _, util in readings]
+            bins = max(1, int(max(t) / 0.5))
+            sums, edges = _binned_mean(t, u, bins)
+            ax.plot(edges, sums, lw=1, label=mode)
+    ax.set_ylabel("mean utilisation")
+    ax.set_xlabel("seconds into the mode's run")
+    ax.set_ylim(0, 1.1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Leaf→spine ports: utilisation from INT (0.5 s bins)")
+    fig.tight_layout()
+    return fig
+
+
+def _busbw_plot(result: ScenarioResult, jobs: list[str], plt: Any) -> Any:
+    """busbw per all-reduce job per mode."""
+    runs = result.runs
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    width = 0.8 / max(1, len(runs))
+    for i, (mode, run) in enumerate(runs.items()):
+        values = [next(r for r in run.jobs if r.name == j).figures.get("busbw_mbps", 0.0) for j in jobs]
+        ax.bar([k + i * width for k in range(len(jobs))], values, width, label=mode)
+    ax.set_xticks([k + width * (len(runs) - 1) / 2 for k in range(len(jobs))], jobs)
+    ax.set_ylabel("busbw (Mbit/s)")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    ax.set_title("All-reduce bus bandwidth per mode")
+    fig.tight_layout()
+    return fig
 
 
 def _no_data(ax: Any, text: str) -> None:  # a matplotlib Axes
