@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from softswitch.inband import EgressConfig, IntEngine, IntPending, flow_ids
-from softswitch.runtime_state import ActionCall, ActionProfileState, RuntimeState, TableState
+from softswitch.runtime_state import RuntimeState
+from softswitch.tables import ActionCall, ActionProfileState, TableState
 from wire.cpu import ETHERTYPE_PROBE, REASON_PROBE, REPORT_FLOW_SLOTS, REPORT_SESSION, REPORT_TRUNCATE_BYTES, ROLE_HOST
 from wire.drops import DROP_COUNTER, DROP_INDEX, DROP_REASONS
 from wire.intmd import DSCP_INT, IntFormatError, insert_source_header, int_length, l4_header_length, set_ipv4_word

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 import grpc
 
@@ -25,84 +24,19 @@ from softswitch.errors import (
     unimplemented,
     value_error,
 )
+from softswitch.reads import read_entities
+from softswitch.tables import (
+    ActionCall,
+    ActionProfileState,
+    CounterState,
+    GroupMember,
+    TableEntryState,
+    TableState,
+)
 from wire.p4info import ActionInfo, P4Schema, TableInfo, decode_value
 from wire.proto import p4r
 
 NO_ACTION = "NoAction"
-
-
-@dataclass(frozen=True)
-class ActionCall:
-    """An action with its parameter values, in P4Info parameter order."""
-
-    action_id: int
-    name: str
-    args: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class GroupMember:
-    member_id: int
-    weight: int
-    watch_port: int | None
-
-
-@dataclass
-class TableEntryState:
-    key: tuple
-    priority: int
-    fields: tuple[tuple[int, int], ...]  # (value, mask) per P4Info match field, (0, 0) = wildcard
-    prefix_len: int
-    action: ActionCall | None
-    member_id: int | None
-    group_id: int | None
-    proto: p4r.TableEntry
-
-
-@dataclass
-class TableState:
-    info: TableInfo
-    default_action: ActionCall
-    default_proto: p4r.TableEntry
-    entries: dict[tuple, TableEntryState] = field(default_factory=dict)
-    exact_index: dict[tuple[int, ...], TableEntryState] = field(default_factory=dict)
-    ordered: list[TableEntryState] = field(default_factory=list)
-
-    @property
-    def all_exact(self) -> bool:
-        return all(f.kind == "exact" for f in self.info.match_fields)
-
-    def reindex(self) -> None:
-        if self.all_exact:
-            self.exact_index = {tuple(v for v, _ in e.fields): e for e in self.entries.values()}
-        else:
-            self.ordered = sorted(self.entries.values(), key=lambda e: (e.priority, e.prefix_len), reverse=True)
-
-    def lookup(self, values: tuple[int, ...]) -> TableEntryState | None:
-        """Match `values` (one per match field, P4Info order); None means a miss."""
-        if self.all_exact:
-            return self.exact_index.get(values)
-        for entry in self.ordered:
-            for (value, mask), field_value in zip(entry.fields, values, strict=True):
-                if field_value & mask != value:
-                    break
-            else:
-                return entry
-        return None
-
-
-@dataclass
-class ActionProfileState:
-    members: dict[int, tuple[ActionCall, p4r.ActionProfileMember]] = field(default_factory=dict)
-    groups: dict[int, tuple[tuple[GroupMember, ...], p4r.ActionProfileGroup]] = field(default_factory=dict)
-
-
-@dataclass
-class CounterState:
-    size: int
-    packets: list[int]
-    bytes: list[int]
-
 
 
 def _check_presence(kind: int, present: bool, what: str) -> None:
@@ -428,87 +362,15 @@ class RuntimeState:
         stored.CopyFrom(session)
         self.clone_sessions[sid] = stored
 
-    # ---- reads ---------------------------------------------------------------------------------
+    # ---- reads (softswitch/reads.py) -------------------------------------------------------------
     def read(self, entity: p4r.Entity) -> Iterator[p4r.Entity]:
-        which = entity.WhichOneof("entity")
         with self.lock:
-            if which == "table_entry":
-                yield from self._read_table_entries(entity.table_entry)
-            elif which == "action_profile_member":
-                yield from self._read_members(entity.action_profile_member)
-            elif which == "action_profile_group":
-                yield from self._read_groups(entity.action_profile_group)
-            elif which == "counter_entry":
-                yield from self._read_counters(entity.counter_entry)
-            elif which == "packet_replication_engine_entry":
-                for session in self.clone_sessions.values():
-                    out = p4r.Entity()
-                    out.packet_replication_engine_entry.clone_session_entry.CopyFrom(session)
-                    yield out
-            else:
-                raise unimplemented(f"reading {which} is not supported by the soft switch")
-
-    def _read_table_entries(self, query: p4r.TableEntry) -> Iterator[p4r.Entity]:
-        tables = [self._table(query.table_id)] if query.table_id else list(self.tables.values())
-        for table in tables:
-            if query.is_default_action:
-                out = p4r.Entity()
-                out.table_entry.CopyFrom(table.default_proto)
-                yield out
-                continue
-            for entry in list(table.entries.values()):
-                if query.match and list(entry.proto.match) != list(query.match):
-                    continue
-                out = p4r.Entity()
-                out.table_entry.CopyFrom(entry.proto)
-                yield out
-
-    def _profiles_for(self, profile_id: int) -> list[int]:
-        if profile_id:
-            self._profile(profile_id)
-            return [profile_id]
-        return list(self.profiles)
-
-    def _read_members(self, query: p4r.ActionProfileMember) -> Iterator[p4r.Entity]:
-        for pid in self._profiles_for(query.action_profile_id):
-            for mid, (_, proto) in list(self.profiles[pid].members.items()):
-                if not query.member_id or query.member_id == mid:
-                    yield p4r.Entity(action_profile_member=proto)
-
-    def _read_groups(self, query: p4r.ActionProfileGroup) -> Iterator[p4r.Entity]:
-        for pid in self._profiles_for(query.action_profile_id):
-            for gid, (_, proto) in list(self.profiles[pid].groups.items()):
-                if not query.group_id or query.group_id == gid:
-                    yield p4r.Entity(action_profile_group=proto)
+            yield from read_entities(self, entity)
 
     def sync_counters(self) -> None:
         with self.lock:
             for sync in self.counter_sync:
                 sync()
-
-    def _read_counters(self, query: p4r.CounterEntry) -> Iterator[p4r.Entity]:
-        self.sync_counters()
-        if query.counter_id:
-            if query.counter_id not in self.counters:
-                raise not_found(f"unknown counter id {query.counter_id}")
-            ids = [query.counter_id]
-        else:
-            ids = list(self.counters)
-        for cid in ids:
-            counter = self.counters[cid]
-            if query.HasField("index"):
-                if not 0 <= query.index.index < counter.size:
-                    raise out_of_range(f"counter index {query.index.index} out of range 0..{counter.size - 1}")
-                indices: range | list[int] = [query.index.index]
-            else:
-                indices = range(counter.size)
-            for i in indices:
-                out = p4r.Entity()
-                out.counter_entry.counter_id = cid
-                out.counter_entry.index.index = i
-                out.counter_entry.data.packet_count = counter.packets[i]
-                out.counter_entry.data.byte_count = counter.bytes[i]
-                yield out
 
     def clear(self) -> None:
         """Forget all runtime state (a new pipeline was committed)."""
