@@ -28,7 +28,9 @@ from pathlib import Path
 from types import FrameType
 
 from softswitch.dataplane import DataPlane, PortSpec
-from softswitch.p4rt_server import DEFAULT_MAX_STREAMS, DETAILS_BUDGET_BYTES, Device, P4RuntimeService, serve
+from softswitch.device import Device
+from softswitch.errors import DETAILS_BUDGET_BYTES
+from softswitch.p4rt_server import DEFAULT_MAX_STREAMS, P4RuntimeService, serve
 from softswitch.pipeline import Pipeline
 from softswitch.runtime_state import RuntimeState
 from wire.cpu import CPU_PORT

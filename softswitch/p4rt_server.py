@@ -8,111 +8,24 @@ details; a single-update batch also carries that update's code as the call's sta
 
 from __future__ import annotations
 
-import collections
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
-from dataclasses import dataclass, field
 
 import grpc
 
-from softswitch.errors import P4RuntimeError
+from softswitch.device import Client, Device, election
+from softswitch.errors import DETAILS_BUDGET_BYTES, P4RuntimeError, abort_with_details
 from softswitch.runtime_state import RuntimeState
 from wire.p4info import P4Schema, decode_value, encode_value
-from wire.proto import p4r, p4r_grpc, rpc_code, rpc_status
+from wire.proto import p4r, p4r_grpc, rpc_code
 
 log = logging.getLogger("softswitch.p4runtime")
 
 API_VERSION = "1.4.0"
-STREAM_QUEUE_LEN = 4096
 READ_CHUNK = 1000  # entities per ReadResponse: big reads stay far below gRPC's 4 MB message limit
-
-
-class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):
-    pass
-
-
-# Binary trailing metadata travels base64-encoded, and gRPC clients refuse trailers beyond 8 KiB
-# (soft) / 16 KiB (hard) by default: the per-update details are cut to fit well below that, unless
-# the switch runs with --error-details-bytes 0 (all of them) for clients that raise their
-# grpc.max_metadata_size, as this project's controller and tools do (wire.proto.CLIENT_CHANNEL_OPTIONS).
-# BMv2's PI sends every error (up to the last failed update) whatever the size: a default client
-# then gets a bare RESOURCE_EXHAUSTED for a large failed batch instead of any detail.
-DETAILS_BUDGET_BYTES = 4096
-
-
-def _abort_with_details(context: grpc.ServicerContext, code: grpc.StatusCode, message: str,
-                        errors: list[p4r.Error], budget_bytes: int = DETAILS_BUDGET_BYTES) -> None:
-    """P4Runtime spec, "Write RPC": one p4.v1.Error per update, in order, in the google.rpc.Status
-    details. A batch whose details would not fit `budget_bytes` (0: no limit) gets those of its
-    first updates only, and the message says how many were left out: the spec's "gRPC Metadata
-    Maximum Size" notes that beyond 8 KB a default client receives a bare RESOURCE_EXHAUSTED instead."""
-    status = rpc_status.Status(code=code.value[0], message=message)
-    for i, error in enumerate(errors):
-        status.details.add().Pack(error)
-        if budget_bytes and status.ByteSize() > budget_bytes:
-            del status.details[-1]
-            failed_after = sum(1 for e in errors[i:] if e.canonical_code != rpc_code.OK)
-            status.message = (f"{message} (details for the first {i} of {len(errors)} updates; "
-                              f"{failed_after} more failed beyond them)")
-            break
-    context.abort_with_status(
-        _Status(code, status.message, (("grpc-status-details-bin", status.SerializeToString()),))
-    )
-
-
-def _election(value: p4r.Uint128) -> int:
-    return (value.high << 64) | value.low
-
-
-@dataclass(eq=False)
-class _Client:
-    arbitrated: bool = False  # sent a MasterArbitrationUpdate that was accepted
-    election_id: int | None = None  # None: unset, lower than any (never primary)
-    outbox: queue.Queue = field(default_factory=lambda: queue.Queue(STREAM_QUEUE_LEN))
-    dropped: int = 0
-    end_status: tuple[grpc.StatusCode, str] | None = None  # set: the stream ends with this status
-
-    def end(self, code: grpc.StatusCode, message: str) -> None:
-        """Terminate this client's stream with a status (after what is already queued)."""
-        self.end_status = (code, message)
-        self.outbox.put(None)
-
-    def send(self, message: p4r.StreamMessageResponse) -> bool:
-        """Queue a message for the stream; False (and counted) if its queue is full."""
-        try:
-            self.outbox.put_nowait(message)
-        except queue.Full:
-            self.dropped += 1
-            return False
-        return True
-
-
-class Device:
-    """What the service needs of a switch: its pipeline state and packet-out/in hooks."""
-
-    def __init__(self, device_id: int, cpu_port: int,
-                 on_pipeline: Callable[[P4Schema, RuntimeState], None],
-                 packet_out: Callable[[int, bytes], None]) -> None:
-        self.device_id = device_id
-        self.cpu_port = cpu_port
-        self.on_pipeline = on_pipeline
-        self.packet_out = packet_out
-        self.schema: P4Schema | None = None
-        self.state: RuntimeState | None = None
-        self.config = p4r.ForwardingPipelineConfig()
-        # VERIFY_AND_SAVE's config, not yet committed: Read and Write use it, the data plane does not.
-        self.saved: tuple[P4Schema, RuntimeState, p4r.ForwardingPipelineConfig] | None = None
-
-    def commit(self, schema: P4Schema, state: RuntimeState, config: p4r.ForwardingPipelineConfig) -> None:
-        """Realize a config: the data plane runs `state` from now on."""
-        self.on_pipeline(schema, state)
-        self.schema, self.state, self.saved = schema, state, None
-        self.config = p4r.ForwardingPipelineConfig()
-        self.config.CopyFrom(config)
-        log.info("pipeline set: %d tables, %d actions", len(schema.tables), len(schema.actions))
 
 
 DEFAULT_MAX_STREAMS = 16  # open StreamChannels; more are refused with RESOURCE_EXHAUSTED
@@ -132,8 +45,8 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         self.error_details_bytes = error_details_bytes
         self.device = device
         self.lock = threading.Lock()
-        self.clients: list[_Client] = []
-        self.primary: _Client | None = None
+        self.clients: list[Client] = []
+        self.primary: Client | None = None
         self.election_past: int | None = None  # highest election id ever seen (spec: election_id_past)
 
     # ---- helpers -------------------------------------------------------------------------------
@@ -151,9 +64,9 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         primary = self.primary_election_id()
         if not request.HasField("election_id"):
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "no election id: only the primary may do this")
-        if primary is None or _election(request.election_id) != primary:
+        if primary is None or election(request.election_id) != primary:
             context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                          f"election id {_election(request.election_id)} is not the primary's ({primary})")
+                          f"election id {election(request.election_id)} is not the primary's ({primary})")
 
     def _state(self, context: grpc.ServicerContext) -> RuntimeState:
         """The state Read and Write work on: a saved config's, else the running one's."""
@@ -254,7 +167,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                 errors.append(p4r.Error(canonical_code=exc.code.value[0], message=exc.message))
         if failed:
             log.info("write: %d of %d updates failed, first: %s", len(failed), len(request.updates), failed[0])
-            _abort_with_details(context, grpc.StatusCode.UNKNOWN,
+            abort_with_details(context, grpc.StatusCode.UNKNOWN,
                                 f"{len(failed)} of {len(request.updates)} updates failed; first: {failed[0]}",
                                 errors, self.error_details_bytes)
         return p4r.WriteResponse()
@@ -286,14 +199,14 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         for start in range(0, len(response.entities), READ_CHUNK):
             yield p4r.ReadResponse(entities=response.entities[start:start + READ_CHUNK])
         if failed:
-            _abort_with_details(context, grpc.StatusCode.UNKNOWN,
+            abort_with_details(context, grpc.StatusCode.UNKNOWN,
                                 f"{len(failed)} of {len(request.entities)} reads failed; first: {failed[0]}", errors,
                                 self.error_details_bytes)
 
     # ---- the stream ----------------------------------------------------------------------------
     def StreamChannel(self, request_iterator: Iterator[p4r.StreamMessageRequest],
                       context: grpc.ServicerContext) -> Iterator[p4r.StreamMessageResponse]:
-        client = _Client()
+        client = Client()
         with self.lock:
             full = len(self.clients) >= self.max_streams
             if not full:
@@ -321,7 +234,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         finally:
             self._leave(client)
 
-    def _leave(self, client: _Client) -> None:
+    def _leave(self, client: Client) -> None:
         """A stream ended: forget its client; if it was the primary, tell the others there is none."""
         with self.lock:
             if client not in self.clients:
@@ -333,7 +246,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         if was_primary:
             self._announce()
 
-    def _read_stream(self, client: _Client, requests: Iterator[p4r.StreamMessageRequest],
+    def _read_stream(self, client: Client, requests: Iterator[p4r.StreamMessageRequest],
                      context: grpc.ServicerContext) -> None:
         try:
             for request in requests:
@@ -351,7 +264,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         finally:
             client.send(None)  # type: ignore[arg-type]
 
-    def _arbitrate(self, client: _Client, update: p4r.MasterArbitrationUpdate, context: grpc.ServicerContext) -> None:
+    def _arbitrate(self, client: Client, update: p4r.MasterArbitrationUpdate, context: grpc.ServicerContext) -> None:
         """P4Runtime spec, "Rules for Handling MasterArbitrationUpdate Messages": the errors end
         the stream with their status; an accepted update with election id >= the highest ever
         seen makes its client primary, anything lower (or unset) leaves it a backup."""
@@ -360,7 +273,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
             code = grpc.StatusCode.FAILED_PRECONDITION if client.arbitrated else grpc.StatusCode.NOT_FOUND
             client.end(code, f"device id {update.device_id} is not this switch's ({self.device.device_id})")
             return
-        election_id = _election(update.election_id) if update.HasField("election_id") else None
+        election_id = election(update.election_id) if update.HasField("election_id") else None
         with self.lock:
             if election_id is not None and any(c is not client and c.election_id == election_id
                                                for c in self.clients):
@@ -386,7 +299,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         if changed:
             log.info("primary is now %s", self.primary_election_id())
 
-    def _notify(self, client: _Client) -> None:
+    def _notify(self, client: Client) -> None:
         """Spec, "Client Arbitration Notifications": the highest election id seen (unset if there
         never was a primary); OK to the primary, ALREADY_EXISTS to backups while there is one,
         NOT_FOUND to backups while there is none."""
@@ -412,13 +325,13 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         for c in clients:
             self._notify(c)
 
-    def _stream_error(self, client: _Client, code: grpc.StatusCode, message: str) -> None:
+    def _stream_error(self, client: Client, code: grpc.StatusCode, message: str) -> None:
         response = p4r.StreamMessageResponse()
         response.error.canonical_code = code.value[0]
         response.error.message = message
         client.send(response)
 
-    def _packet_out(self, client: _Client, packet: p4r.PacketOut) -> None:
+    def _packet_out(self, client: Client, packet: p4r.PacketOut) -> None:
         if client is not self.primary:
             self._stream_error(client, grpc.StatusCode.PERMISSION_DENIED, "packet-out from a non-primary client")
             return
