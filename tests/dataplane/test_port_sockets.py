@@ -14,7 +14,7 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 
-from softswitch.dataplane import open_port_socket
+from softswitch.portio import open_port_socket
 from tests.dataplane.harness import sh
 
 pytestmark = [pytest.mark.root]
