@@ -143,6 +143,20 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    failure = run_until_stopped(dataplane)
+    server.stop(grace=0.5).wait()
+    dataplane.close()
+    if failure is not None:
+        print(f"softswitch: data plane failed: {failure!r}", file=sys.stderr)
+        return 1
+    log.info("stopped")
+    return 0
+
+
+def run_until_stopped(dataplane: DataPlane) -> BaseException | None:
+    """Forwarding and housekeeping threads until the data plane is stopped (a signal) or fails;
+    the failure, if one ended it (logged with its traceback)."""
+    log = logging.getLogger("softswitch")
     gc.collect()
     gc.freeze()
     failure: list[BaseException] = []
@@ -163,13 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     dataplane.stop()
     housekeeper.join()
     dataplane.finish()
-    server.stop(grace=0.5).wait()
-    dataplane.close()
-    if failure:
-        print(f"softswitch: data plane failed: {failure[0]!r}", file=sys.stderr)
-        return 1
-    log.info("stopped")
-    return 0
+    return failure[0] if failure else None
 
 
 if __name__ == "__main__":

@@ -198,21 +198,25 @@ class RuntimeState:
                 raise value_error(exc) from None
         return tuple(fields), prefix_len
 
+    def _write_default_entry(self, kind: int, table: TableState, entry: p4r.TableEntry) -> None:
+        info = table.info
+        if kind != p4r.Update.MODIFY:
+            raise invalid(f"{info.name}: the default entry can only be modified")
+        if entry.match:
+            raise invalid(f"{info.name}: the default entry has no match fields")
+        if info.const_default_action_id:
+            raise P4RuntimeError(grpc.StatusCode.PERMISSION_DENIED, f"{info.name}: default action is const")
+        if entry.action.WhichOneof("type") != "action":
+            raise invalid(f"{info.name}: the default entry needs a direct action")
+        table.default_action = self._action_call(entry.action.action, info.action_ids, info.name)
+        table.default_proto = p4r.TableEntry()
+        table.default_proto.CopyFrom(entry)
+
     def _write_table_entry(self, kind: int, entry: p4r.TableEntry) -> None:
         table = self._table(entry.table_id)
         info = table.info
         if entry.is_default_action:
-            if kind != p4r.Update.MODIFY:
-                raise invalid(f"{info.name}: the default entry can only be modified")
-            if entry.match:
-                raise invalid(f"{info.name}: the default entry has no match fields")
-            if info.const_default_action_id:
-                raise P4RuntimeError(grpc.StatusCode.PERMISSION_DENIED, f"{info.name}: default action is const")
-            if entry.action.WhichOneof("type") != "action":
-                raise invalid(f"{info.name}: the default entry needs a direct action")
-            table.default_action = self._action_call(entry.action.action, info.action_ids, info.name)
-            table.default_proto = p4r.TableEntry()
-            table.default_proto.CopyFrom(entry)
+            self._write_default_entry(kind, table, entry)
             return
         fields, prefix_len = self._match(info, entry)
         if info.needs_priority:

@@ -232,6 +232,37 @@ def _qualify(control: str, action: str, program: Program) -> str:
     return local if local in program.actions else action
 
 
+def _compare_table(program: Program, name: str, info: p4i.Table, actions_by_id: dict, profiles: dict,
+                   used_actions: set[str]) -> list[str]:
+    """The differences of one table (match fields, actions, implementation, size); the actions it
+    uses are added to used_actions."""
+    problems: list[str] = []
+    decl = program.tables[name]
+    control = name.split(".")[0]
+    keys = [(expr, kind) for expr, kind in decl.keys if kind != "selector"]
+    have = [(f.name, f.bitwidth, p4i.MatchField.MatchType.Name(f.match_type).lower()) for f in info.match_fields]
+    try:
+        want = [(expr, program.expression_width(control, expr), kind) for expr, kind in keys]
+    except P4SourceError as exc:
+        problems.append(f"table {name}: {exc}")
+    else:
+        if want != have:
+            problems.append(f"table {name}: match fields {want} in the program, {have} in the P4Info")
+    want_actions = sorted((_qualify(control, a, program), d) for a, d in decl.actions)
+    have_actions = sorted((actions_by_id[r.id].preamble.name if r.id in actions_by_id else f"id {r.id}",
+                           r.scope == p4i.ActionRef.DEFAULT_ONLY) for r in info.action_refs)
+    if want_actions != have_actions:
+        problems.append(f"table {name}: actions {want_actions} in the program, {have_actions} in the P4Info")
+    used_actions.update(a for a, _ in want_actions)
+    have_impl = profiles[info.implementation_id].preamble.name if info.implementation_id in profiles else None
+    if decl.implementation != have_impl:
+        problems.append(f"table {name}: implementation {decl.implementation} in the program, "
+                        f"{have_impl} in the P4Info")
+    if decl.size is not None and decl.size != info.size:
+        problems.append(f"table {name}: size {decl.size} in the program, {info.size} in the P4Info")
+    return problems
+
+
 def compare(program: Program, p4info: p4i.P4Info) -> list[str]:
     """Every difference between the program's declarations and the P4Info, as readable lines."""
     problems: list[str] = []
@@ -243,29 +274,7 @@ def compare(program: Program, p4info: p4i.P4Info) -> list[str]:
         problems.append(f"table {name} is only in the {where}")
     used_actions = {"NoAction"}
     for name in sorted(set(program.tables) & set(tables)):
-        decl, info = program.tables[name], tables[name]
-        control = name.split(".")[0]
-        keys = [(expr, kind) for expr, kind in decl.keys if kind != "selector"]
-        have = [(f.name, f.bitwidth, p4i.MatchField.MatchType.Name(f.match_type).lower()) for f in info.match_fields]
-        try:
-            want = [(expr, program.expression_width(control, expr), kind) for expr, kind in keys]
-        except P4SourceError as exc:
-            problems.append(f"table {name}: {exc}")
-        else:
-            if want != have:
-                problems.append(f"table {name}: match fields {want} in the program, {have} in the P4Info")
-        want_actions = sorted((_qualify(control, a, program), d) for a, d in decl.actions)
-        have_actions = sorted((actions_by_id[r.id].preamble.name if r.id in actions_by_id else f"id {r.id}",
-                               r.scope == p4i.ActionRef.DEFAULT_ONLY) for r in info.action_refs)
-        if want_actions != have_actions:
-            problems.append(f"table {name}: actions {want_actions} in the program, {have_actions} in the P4Info")
-        used_actions.update(a for a, _ in want_actions)
-        have_impl = profiles[info.implementation_id].preamble.name if info.implementation_id in profiles else None
-        if decl.implementation != have_impl:
-            problems.append(f"table {name}: implementation {decl.implementation} in the program, "
-                            f"{have_impl} in the P4Info")
-        if decl.size is not None and decl.size != info.size:
-            problems.append(f"table {name}: size {decl.size} in the program, {info.size} in the P4Info")
+        problems += _compare_table(program, name, tables[name], actions_by_id, profiles, used_actions)
     info_actions = {a.preamble.name: a for a in p4info.actions}
     # An action only called from apply blocks has its arguments bound at the call: p4c lists it
     # without parameters (the control plane cannot pass any).

@@ -208,6 +208,19 @@ def follow_faults(path: Path, delay: ComputeDelay, stop: threading.Event, period
             return
 
 
+def _plan(plans: dict[tuple, tuple], key: tuple[int, str, int], args: argparse.Namespace,
+          conns: dict[int, socket.socket], delay: ComputeDelay,
+          link: ControllerLink | None) -> tuple[Executor, dict[int, int]]:
+    """The executor of (count, algo, chunk) and the bytes it sends, made once (one plan kept)."""
+    if key not in plans:
+        count, algo, chunk = key
+        ops = schedule(algo, args.world, args.rank, count)
+        plans.clear()
+        plans[key] = (Executor(cut(ops, chunk), {p: conns[p] for p in {op.peer for op in ops}}, chunk,
+                               delay, link.piece_done if link else None), bytes_sent(ops))
+    return plans[key]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(filename=args.log_file, level=logging.INFO,
@@ -236,17 +249,11 @@ def main(argv: list[str] | None = None) -> int:
             if "exit" in message:
                 break
             run = message["run"]
-            count, algo, chunk = run["count"], run["algo"], run["chunk"]
+            count = run["count"]
             if count not in inputs:
                 inputs.clear()  # one size at a time: a sweep never holds two sizes' buffers
                 inputs[count] = (rank_data(count, args.seed, args.rank), expected_sum(count, args.seed, args.world))
-            key = (count, algo, chunk)
-            if key not in plans:
-                ops = schedule(algo, args.world, args.rank, count)
-                plans.clear()
-                plans[key] = (Executor(cut(ops, chunk), {p: conns[p] for p in {op.peer for op in ops}}, chunk,
-                                       delay, link.piece_done if link else None), bytes_sent(ops))
-            executor, sent = plans[key]
+            executor, sent = _plan(plans, (count, run["algo"], run["chunk"]), args, conns, delay, link)
             buf = inputs[count][0].copy()
             if link is not None:
                 link.declare(sent)
