@@ -47,7 +47,11 @@ class Switch:
 
 @dataclass(frozen=True)
 class Host:
+    """An endpoint. nics: how many links it has (its NICs, eth0.. in port order); a server with a NIC
+    per GPU on rails has several, every other part of the testbed takes one (host_link says so)."""
+
     name: str
+    nics: int = 1
 
 
 LinkId = tuple[str, int | str]
@@ -108,10 +112,17 @@ class Topology:
     def links_of(self, node: str) -> list[Link]:
         return [link for link in self.links if node in (link.a, link.b)]
 
+    def host_links(self, host: str) -> list[Link]:
+        """The host's links, one per NIC, in port order (eth0 first)."""
+        return sorted(self.links_of(host), key=lambda link: link.port_of(host))
+
     def host_link(self, host: str) -> Link:
+        """The link of a one-NIC host; TopologyError for a host with several (a part of the testbed
+        that calls this addresses, routes or paces one NIC per host)."""
         links = self.links_of(host)
         if len(links) != 1:
-            raise TopologyError(f"host {host} has {len(links)} links; exactly one is supported")
+            raise TopologyError(f"host {host} has {len(links)} NICs; the address plan, routing and pacing "
+                                f"take one NIC per host")
         return links[0]
 
     def neighbours(self, node: str) -> list[tuple[str, Link]]:
@@ -146,7 +157,7 @@ class Topology:
             "name": self.name,
             "defaults": dict(self.defaults),
             "switches": [{"name": s.name, "role": s.role} for s in self.switches],
-            "hosts": [{"name": h.name} for h in self.hosts],
+            "hosts": [{"name": h.name, **({"nics": h.nics} if h.nics != 1 else {})} for h in self.hosts],
             "links": [
                 {
                     "a": link.a,
@@ -196,8 +207,9 @@ def topology_from_dict(data: Any, source: str = "topology") -> Topology:
     topo = Topology(name, switches, hosts, links, {"capacity_mbps": default_capacity, "queue_pkts": default_queue})
     for i, host in enumerate(hosts):
         count = len(topo.links_of(host.name))
-        if count != 1:
-            raise fields.fail(f"hosts[{i}]", f"host {host.name} has {count} links; exactly one is needed")
+        if count != host.nics:
+            raise fields.fail(f"hosts[{i}]", f"host {host.name} has {count} links and {host.nics} "
+                                             f"NIC{'s' if host.nics > 1 else ''} (nics: {host.nics}); one link per NIC")
     return topo
 
 
@@ -225,8 +237,12 @@ def _switches(fields: Fields, items: list[Any], seen: dict[str, str]) -> list[Sw
 
 
 def _hosts(fields: Fields, items: list[Any], seen: dict[str, str]) -> list[Host]:
-    return [Host(_node_name(fields, fields.mapping(raw, f"hosts[{i}]", {"name"}), f"hosts[{i}]", seen))
-            for i, raw in enumerate(items)]
+    hosts = []
+    for i, raw in enumerate(items):
+        raw = fields.mapping(raw, f"hosts[{i}]", {"name", "nics"})
+        name = _node_name(fields, raw, f"hosts[{i}]", seen)
+        hosts.append(Host(name, int(fields.number(raw.get("nics", 1), f"hosts[{i}].nics", 1, 64, integer=True))))
+    return hosts
 
 
 def _links(fields: Fields, items: list[Any], seen: dict[str, str], host_names: set[str], default_capacity: float,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from emulation.nodes import intf_name
 from topologies import TopologyError, dumbbell, fattree, leafspine, topology_by_name
 from topologies.addressing import AddressPlan
 from topologies.spec import load_topology, parse_topology, topology_from_dict
@@ -131,3 +132,35 @@ def test_scaled_sets_every_link_rate_and_keeps_the_rest():
     for bad in (0, -1, float("nan"), float("inf")):
         with pytest.raises(TopologyError, match="link rate"):
             topo.scaled(bad)
+
+
+TWO_NICS = """name: rails
+switches: [{name: s1, role: spine}, {name: s3, role: leaf}, {name: s4, role: leaf}]
+hosts: [{name: h1, nics: 2}, {name: h2}]
+links:
+  - {a: h1, b: s3}
+  - {a: h1, b: s4}
+  - {a: h2, b: s3}
+  - {a: s3, b: s1}
+  - {a: s4, b: s1}
+"""
+
+
+def test_a_host_may_have_a_nic_per_link_in_port_order():
+    topo = parse_topology(TWO_NICS, "rails.yaml")
+    assert topo.hosts[0].nics == 2
+    assert [link.other("h1") for link in topo.host_links("h1")] == ["s3", "s4"]
+    assert [intf_name(topo, "h1", link.port_of("h1")) for link in topo.host_links("h1")] == ["h1-eth0", "h1-eth1"]
+    assert parse_topology(topo.to_yaml(), "again.yaml").hosts == topo.hosts  # nics survive the round trip
+    with pytest.raises(TopologyError, match="host h1 has 2 NICs; the address plan"):
+        AddressPlan(topo)  # the parts that take one NIC per host say so
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("{name: h1, nics: 2}", "{name: h1}", r"hosts\[0\]: host h1 has 2 links and 1 NIC \(nics: 1\)"),
+    ("{name: h2}", "{name: h2, nics: 3}", r"hosts\[1\]: host h2 has 1 links and 3 NICs"),
+    ("{name: h2}", "{name: h2, nics: 0}", r"hosts\[1\]\.nics: must be in \[1, 64\]"),
+])
+def test_links_and_nics_must_agree(old, new, message):
+    with pytest.raises(TopologyError, match=message):
+        parse_topology(TWO_NICS.replace(old, new), "rails.yaml")
