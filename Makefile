@@ -17,7 +17,8 @@ ELECTION ?= 0,1
 
 .PHONY: deps apt venv run test test-unit test-integration test-repeat fuzz clean p4 shell bench lint proto reference demo diagnose-eval
 
-deps: apt venv
+# The venv, and p4runtime-shell in a venv of its own (make shell; a test drives it against a soft switch)
+deps: apt venv $(VENV)-shell/.installed
 
 apt:
 	@missing=""; for p in $(APT_PACKAGES); do \
