@@ -85,7 +85,7 @@ class Controller:
         return HopLateness({name: FidelityWindows(self.options.fidelity_file, name, "switch") for name in bmv2})
 
     async def start(self) -> None:
-        counts = await self.switches.start()
+        counts = await self.switches.start(self.healer.routes())
         (self.run_dir / runfiles.CONTROLLER_READY).write_text(json.dumps(counts))
 
     # ---- the API's fault channel (controller/service.py's Faults) -------------------------------------------

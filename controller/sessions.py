@@ -39,7 +39,7 @@ class Switches:
         self.sessions: dict[str, SwitchSession] = {}
         self.route_state: dict[str, RouteState] = {}
         self.packet_ins = 0
-        # Set by the controller that owns these: the routes a switch gets now, entries a (re)programmed
+        # Set by the controller that owns these: the routes a reconnected switch gets, entries a (re)programmed
         # switch must get back beside its program (injected loss), packet-in handlers by reason.
         self.routes_for: Callable[[str], list[Route]] = lambda name: []
         self.restore: Callable[[P4Schema, str], list[p4r.Update]] = lambda schema, name: []
@@ -69,13 +69,14 @@ class Switches:
         await session.write(updates)
         return len(updates)
 
-    async def start(self) -> dict[str, int]:
-        """Every switch connected and programmed; the number of updates each took."""
+    async def start(self, routes: dict[str, list[Route]]) -> dict[str, int]:
+        """Every switch connected and programmed with its routes (computed once for all of them by
+        the caller); the number of updates each took."""
         names = [s.name for s in self.topo.switches]
         for name in names:
             self.sessions[name] = self._session(name)
         await asyncio.gather(*(self.sessions[n].connect() for n in names))
-        counts = await asyncio.gather(*(self.program(self.sessions[n], self.routes_for(n)) for n in names))
+        counts = await asyncio.gather(*(self.program(self.sessions[n], routes[n]) for n in names))
         for name, count in zip(names, counts, strict=True):
             log.info("%s programmed: %d updates", name, count)
         return dict(zip(names, counts, strict=True))
