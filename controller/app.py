@@ -56,7 +56,8 @@ class Controller:
         self.topo = load_topology(run_dir / runfiles.TOPOLOGY)
         self.plan = AddressPlan(self.topo)
         self.stopping = asyncio.Event()
-        self.switches = Switches(run_dir, self.topo, self.plan, schema, options.int_sample_log2, self.stopping)
+        self.switches = Switches(run_dir, self.topo, self.plan, schema, options.int_sample_log2, self.stopping,
+                                 int_dscp=options.int_dscp)
         self.collector = Collector({self.plan.switches[s.name].device_id: s.name for s in self.topo.switches},
                                    series=run_dir / runfiles.TELEMETRY, lateness=self._hop_lateness(),
                                    flow_log=run_dir / runfiles.INT_FLOWS)

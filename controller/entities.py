@@ -1,4 +1,5 @@
-"""Build P4Runtime entities by P4Info name (tables, actions, params, members, groups, clone sessions)."""
+"""Build P4Runtime entities by P4Info name (tables, actions, params, members, groups, clone sessions,
+parser value sets)."""
 
 from __future__ import annotations
 
@@ -95,6 +96,15 @@ def clone_session(session_id: int, port: int, packet_length_bytes: int = 0) -> p
     return message
 
 
+def value_set(schema: P4Schema, name: str, values: Sequence[int]) -> p4r.ValueSetEntry:
+    """The whole contents of a parser value set (written with MODIFY: P4Runtime allows no other)."""
+    info = schema.value_set(name)
+    message = p4r.ValueSetEntry(value_set_id=info.id)
+    for value in values:
+        message.members.add().match.add(field_id=1).exact.value = encode_value(value, info.bitwidth)
+    return message
+
+
 def update(kind: p4r.Update.Type.ValueType, entity: object) -> p4r.Update:
     message = p4r.Update(type=kind)
     if isinstance(entity, p4r.TableEntry):
@@ -107,6 +117,8 @@ def update(kind: p4r.Update.Type.ValueType, entity: object) -> p4r.Update:
         message.entity.packet_replication_engine_entry.clone_session_entry.CopyFrom(entity)
     elif isinstance(entity, p4r.CounterEntry):
         message.entity.counter_entry.CopyFrom(entity)
+    elif isinstance(entity, p4r.ValueSetEntry):
+        message.entity.value_set_entry.CopyFrom(entity)
     else:
         raise TypeError(f"cannot wrap {type(entity).__name__} in an Update")
     return message

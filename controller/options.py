@@ -8,11 +8,13 @@ from pathlib import Path
 
 from controller.advice import MODES
 from controller.program import INT_SAMPLE_LOG2
+from wire.intmd import DSCP_INT
 
 
 @dataclass(frozen=True)
 class ControllerOptions:
     int_sample_log2: int | None = INT_SAMPLE_LOG2  # INT starts on 1 in 2^N packets of each host flow (None: no INT)
+    int_dscp: int = DSCP_INT  # the DSCP that marks INT: what sources mark and the parsers take as INT
     mode: str = "none"  # none | ecn | advice | bbr at start
     interval_s: float = 0.001  # advice loop period
     eta: float = 0.95  # target utilisation of every link
@@ -26,6 +28,9 @@ class ControllerOptions:
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--int-sample-log2", type=int, default=INT_SAMPLE_LOG2, choices=range(-1, 17),
                             metavar="N", help="INT on 1 in 2^N packets of each host flow (0..16; -1 = INT off)")
+        parser.add_argument("--int-dscp", type=int, default=DSCP_INT, choices=range(64), metavar="DSCP",
+                            help="the DSCP that marks INT (default %(default)s, CS4); traffic of the hosts "
+                                 "should not use it (README: INT and DSCP)")
         parser.add_argument("--mode", default="none", choices=MODES, help="control mode at start")
         parser.add_argument("--interval-ms", type=float, default=1.0, help="advice loop period (ms)")
         parser.add_argument("--eta", type=float, default=0.95, help="target utilisation of every link")
@@ -43,7 +48,8 @@ class ControllerOptions:
         """The options the parsed command line gives; ValueError naming the wrong one."""
         if args.probe_ms < 0 or args.probe_misses < 1 or args.hold_down_ms < 0:
             raise ValueError("--probe-ms and --hold-down-ms must be >= 0, --probe-misses >= 1")
-        return cls(int_sample_log2=None if args.int_sample_log2 < 0 else args.int_sample_log2, mode=args.mode,
+        return cls(int_sample_log2=None if args.int_sample_log2 < 0 else args.int_sample_log2,
+                   int_dscp=args.int_dscp, mode=args.mode,
                    interval_s=args.interval_ms / 1000, eta=args.eta, drain_s=args.drain_ms / 1000,
                    fidelity_file=args.fidelity_file, probe_s=args.probe_ms / 1000, probe_misses=args.probe_misses,
                    hold_down_s=args.hold_down_ms / 1000)

@@ -1,7 +1,8 @@
 """The switch program: topology → the P4Runtime updates that program one switch from scratch.
 
 A pure function of the topology, its address plan and the switch's routes (controller/routing.py):
-int_node, the INT report clone session, int_source (when INT is on), int_sink on host-facing
+int_node (node id and the DSCP INT sources mark), the parser's value set of INT DSCPs, the INT report
+clone session, int_source (when INT is on), int_sink on host-facing
 ports, port_role and port_config per port, ECMP members and groups (every member watches its
 port), then the ipv4_lpm routes that point at them. On a re-route (a link failed or came back),
 route_updates writes only the route entries that changed.
@@ -16,21 +17,25 @@ from controller.routing import Route, port_configs
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
 from wire.cpu import CPU_PORT, REPORT_SESSION, ROLE_HOST
+from wire.intmd import DSCP_INT
 from wire.p4info import P4Schema
 from wire.proto import p4r
 
 SELECTOR = "StarIngress.ecmp_selector"
+INT_DSCP_SET = "StarParser.int_dscp"
 INT_SAMPLE_LOG2 = 3  # default: INT on 1 in 8 packets of every host TCP/UDP flow
 
 
 def switch_program(schema: P4Schema, topo: Topology, plan: AddressPlan, switch: str,
                    routes: list[Route], int_sample_log2: int | None = INT_SAMPLE_LOG2,
-                   state: RouteState | None = None) -> list[p4r.Update]:
+                   state: RouteState | None = None, *, int_dscp: int = DSCP_INT) -> list[p4r.Update]:
     """All updates that program `switch` from scratch, in dependency order; `state` (empty) is
     filled with what the route tables then hold (for route_updates on a re-route)."""
     updates: list[p4r.Update] = [
         ent.modify(ent.default_entry(schema, "StarEgress.int_node",
-                                     ent.action(schema, "StarEgress.set_node_id", id=plan.switches[switch].device_id))),
+                                     ent.action(schema, "StarEgress.set_node_id", id=plan.switches[switch].device_id,
+                                                dscp=int_dscp))),
+        ent.modify(ent.value_set(schema, INT_DSCP_SET, [int_dscp])),
         ent.insert(ent.clone_session(REPORT_SESSION, CPU_PORT)),  # starnet.p4 truncates the reports
     ]
     if int_sample_log2 is not None:

@@ -19,6 +19,7 @@ from controller.routing import Route
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
 from wire import runfiles
+from wire.intmd import DSCP_INT
 from wire.p4info import P4Schema
 from wire.proto import p4r
 
@@ -30,9 +31,9 @@ PacketInHandler = Callable[[str, p4r.PacketIn], object]
 
 class Switches:
     def __init__(self, run_dir: Path, topo: Topology, plan: AddressPlan, schema: P4Schema,
-                 int_sample_log2: int | None, stopping: asyncio.Event) -> None:
+                 int_sample_log2: int | None, stopping: asyncio.Event, *, int_dscp: int = DSCP_INT) -> None:
         self.run_dir, self.topo, self.plan, self.schema = run_dir, topo, plan, schema
-        self.int_sample_log2 = int_sample_log2
+        self.int_sample_log2, self.int_dscp = int_sample_log2, int_dscp
         self.stopping = stopping
         self.info: dict[str, dict] = json.loads((run_dir / runfiles.SWITCHES).read_text())["switches"]
         self.schemas: dict[str, P4Schema] = {}
@@ -64,7 +65,7 @@ class Switches:
         await session.set_pipeline(Path(device_config).read_bytes() if device_config else b"")
         self.route_state[session.name] = state = RouteState()
         updates = switch_program(session.schema, self.topo, self.plan, session.name, routes, self.int_sample_log2,
-                                 state)
+                                 state, int_dscp=self.int_dscp)
         updates += self.restore(session.schema, session.name)
         await session.write(updates)
         return len(updates)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from wire.cpu import REASON_INT_REPORT, REPORT_CONGESTED_INTERVAL_US, REPORT_FLOW_SLOTS, REPORT_INTERVAL_US
 from wire.intmd import (
     DS_FLAG_CONGESTED,
+    DSCP_INT,
     HOP_BYTES,
     HOP_STRUCT,
     MD_DS_FLAGS,
@@ -85,6 +86,7 @@ class EgressConfig:
     (at each swap) the egress queues' thresholds."""
 
     node_id: int = 0
+    int_dscp: int = DSCP_INT  # what a source marks (int_node's set_node_id)
     capacity_mbps: Mapping[int, int] = field(default_factory=dict)
     ecn_thresholds: Mapping[int, int] = field(default_factory=dict)
     report_bytes: int | None = None
@@ -123,7 +125,7 @@ class IntEngine:
                 item.fresh or not item.frame[item.int_off + MD_DS_FLAGS] & DS_FLAG_CONGESTED >> 8)):
             self.rate_limited += 1
             return item.frame if item.fresh else strip(item.frame, item.int_off)
-        frame = insert_source_header(item.frame, item.int_off) if item.fresh else item.frame
+        frame = insert_source_header(item.frame, item.int_off, config.int_dscp) if item.fresh else item.frame
         hop = _HOP.pack(config.node_id, item.in_port, port, min(UNKNOWN32, max(0, int((now - item.t_in) * 1e6))),
                         min(item.qdepth, 0xFFFFFF), max(0, int((now - self.epoch) * 1e6)), tx_bytes,
                         config.capacity_mbps.get(port, UNKNOWN32))

@@ -25,7 +25,7 @@ from softswitch.runtime_state import RuntimeState
 from softswitch.tables import ActionCall, ActionProfileState, TableState
 from wire.cpu import ETHERTYPE_PROBE, REASON_PROBE, REPORT_FLOW_SLOTS, REPORT_SESSION, REPORT_TRUNCATE_BYTES, ROLE_HOST
 from wire.drops import DROP_COUNTER, DROP_INDEX, DROP_REASONS
-from wire.intmd import DSCP_INT, IntFormatError, insert_source_header, int_length, l4_header_length, set_ipv4_word
+from wire.intmd import DSCP_INT, IntFormatError, insert_source_header, int_offset, set_ipv4_word
 
 IPV4_LPM = "StarIngress.ipv4_lpm"
 ECMP_SELECTOR = "StarIngress.ecmp_selector"
@@ -39,6 +39,8 @@ PORT_RX = "StarIngress.port_rx"
 PORT_TX = "StarEgress.port_tx"
 FAULT_DROPS = "StarIngress.fault_drops"
 MALFORMED = "StarIngress.malformed"
+INT_DSCP_PLAIN = "StarIngress.int_dscp_plain"
+INT_DSCP_SET = "StarParser.int_dscp"
 SET_NHOP = "StarIngress.set_nhop"
 INT_WATCH = "StarIngress.int_watch"
 FAULT_DROP = "StarIngress.fault_drop"
@@ -84,6 +86,7 @@ class PipelineSnapshot:
     int_sink: TableState
     selector: ActionProfileState
     egress: EgressConfig
+    int_tos: bytes = bytes(256)  # per IPv4 TOS byte: 1 when its DSCP is in the value set int_dscp
     flow_cache: dict[tuple, FlowResult] = field(default_factory=dict)
 
 
@@ -151,6 +154,9 @@ class Pipeline:
         self.fault_drops, self.fault_drop_bytes = fault_drops.packets, fault_drops.bytes
         malformed = state.counter_by_name(MALFORMED)
         self.malformed, self.malformed_bytes = malformed.packets, malformed.bytes
+        plain = state.counter_by_name(INT_DSCP_PLAIN)
+        self.int_plain, self.int_plain_bytes = plain.packets, plain.bytes
+        int_dscps = state.value_sets.by_name(INT_DSCP_SET)
         by_reason = state.counter_by_name(DROP_COUNTER)
         self.reason_packets, self.reason_bytes = by_reason.packets, by_reason.bytes
         port_configs = {values[0]: entry.action.args for values, entry in port_config.exact_index.items()
@@ -159,6 +165,7 @@ class Pipeline:
         session = state.clone_sessions.get(REPORT_SESSION)
         egress = EgressConfig(
             node_id=node.args[0] if node.action_id == ids(SET_NODE_ID) else 0,
+            int_dscp=node.args[1] if node.action_id == ids(SET_NODE_ID) else DSCP_INT,
             capacity_mbps={port: args[0] for port, args in port_configs.items()},
             ecn_thresholds={port: args[1] for port, args in port_configs.items()},
             report_bytes=None if session is None else min(REPORT_TRUNCATE_BYTES,
@@ -168,7 +175,7 @@ class Pipeline:
             self._generation, ids(SET_NHOP), ids(INT_WATCH), ids(FAULT_DROP), ids(FAULT_DROP_PROB),
             state.table_by_name(IPV4_LPM), state.table_by_name(PORT_ROLE), state.table_by_name(FAULT_INJECT),
             state.table_by_name(INT_SOURCE), state.table_by_name(INT_SINK), state.profile_by_name(ECMP_SELECTOR),
-            egress)
+            egress, bytes(int(tos >> 2 in int_dscps) for tos in range(256)))
         self.int_engine.config = egress
         self.snapshot = snapshot  # published: the next frame uses it
 
@@ -241,17 +248,28 @@ class Pipeline:
         check = (check + (check >> 16)) & 0xFFFF
         out[24] = check >> 8
         out[25] = check & 0xFF
-        if frame[15] >= 0x80 or sample_log2 >= 0:  # DSCP >= 0x20, or a watched flow: maybe INT
-            return self._int_ingress(out, frame, in_port, port, sample_log2, sink, key[1], flow,
+        if snap.int_tos[frame[15]] or sample_log2 >= 0:  # marked as INT, or a watched flow: maybe INT
+            return self._int_ingress(out, frame, in_port, port, sample_log2, sink, key[1], flow, snap,
                                      time.monotonic() if now is None else now)
         return port, out
 
     def _int_ingress(self, out: bytearray, frame: bytes, in_port: int, port: int, sample_log2: int, sink: bool,
-                     proto: int, flow: tuple[int, int], now: float) -> tuple[int, bytearray | IntPending] | None:
+                     proto: int, flow: tuple[int, int], snap: PipelineSnapshot,
+                     now: float) -> tuple[int, bytearray | IntPending] | None:
         if (proto != 6 and proto != 17) or frame[14] != 0x45:
             return port, out  # INT rides on TCP/UDP without IPv4 options only
-        if frame[15] >> 2 == DSCP_INT:
-            return self._int_transit(out, in_port, port, sink, proto, flow[0], now)
+        if snap.int_tos[frame[15]]:
+            try:
+                int_off = int_offset(out, proto)
+            except IntFormatError:
+                self.count_drop("malformed", in_port, len(out))
+                return None
+            if int_off is not None:
+                return port, IntPending(out, in_port, int_off, sink, now, flow[0])
+            # Foreign traffic with the INT DSCP (starnet.p4's int_dscp_plain): plain from here on.
+            if in_port < len(self.int_plain):
+                self.int_plain[in_port] += 1
+                self.int_plain_bytes[in_port] += len(frame)
         if sample_log2 < 0:
             return port, out
         # The TCP/UDP header (as wire.intmd.l4_header_length, inline: this runs for every packet of
@@ -278,17 +296,8 @@ class Pipeline:
         int_off = 34 + l4_len
         if sink:  # source and sink here: the frame leaves without INT; a due report gets it (inband.py)
             return port, IntPending(out, in_port, int_off, sink, now, slot, True)
-        return port, IntPending(insert_source_header(out, int_off), in_port, int_off, sink, now, slot)
-
-    def _int_transit(self, out: bytearray, in_port: int, port: int, sink: bool,
-                     proto: int, slot: int, now: float) -> tuple[int, IntPending] | None:
-        try:
-            int_off = 34 + l4_header_length(out, 34, proto)
-            int_length(out, int_off)
-        except IntFormatError:
-            self.count_drop("malformed", in_port, len(out))
-            return None
-        return port, IntPending(out, in_port, int_off, sink, now, slot)
+        return port, IntPending(insert_source_header(out, int_off, snap.egress.int_dscp), in_port, int_off, sink,
+                                     now, slot)
 
     def _unusual_key(self, frame: bytes, in_port: int) -> tuple[int, int, bytes] | None:
         """Flow key of a frame off the fast path (IPv4 options, short frames); None if dropped."""

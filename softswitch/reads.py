@@ -1,5 +1,6 @@
 """P4Runtime Read of a soft switch's runtime state: table entries (or a table's default action),
-action profile members and groups, counters (synced from the data plane first), clone sessions.
+action profile members and groups, counters (synced from the data plane first), clone sessions,
+parser value sets.
 RuntimeState.read calls it with its lock held."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import Protocol
 
 from softswitch.errors import not_found, out_of_range, unimplemented
 from softswitch.tables import ActionProfileState, CounterState, TableState
+from softswitch.valuesets import ValueSets
 from wire.proto import p4r
 
 
@@ -17,6 +19,7 @@ class Readable(Protocol):
     profiles: dict[int, ActionProfileState]
     counters: dict[int, CounterState]
     clone_sessions: dict[int, p4r.CloneSessionEntry]
+    value_sets: ValueSets
     counter_sync: list[Callable[[], None]]
 
 
@@ -35,6 +38,8 @@ def read_entities(state: Readable, entity: p4r.Entity) -> Iterator[p4r.Entity]:
             out = p4r.Entity()
             out.packet_replication_engine_entry.clone_session_entry.CopyFrom(session)
             yield out
+    elif which == "value_set_entry":
+        yield from state.value_sets.read(entity.value_set_entry)
     else:
         raise unimplemented(f"reading {which} is not supported by the soft switch")
 

@@ -1,4 +1,5 @@
-"""P4Runtime-visible state of one soft switch: table entries, action profiles, counters, clone sessions.
+"""P4Runtime-visible state of one soft switch: table entries, action profiles, counters, clone sessions,
+parser value sets (softswitch/valuesets.py).
 
 Every write is validated against the P4Info (names, ids, widths, match kinds) and fails with
 the gRPC status the P4Runtime spec gives: unknown table/profile/counter ids NOT_FOUND, unknown or
@@ -33,6 +34,7 @@ from softswitch.tables import (
     TableEntryState,
     TableState,
 )
+from softswitch.valuesets import ValueSets
 from wire.p4info import ActionInfo, P4Schema, TableInfo, decode_value
 from wire.proto import p4r
 
@@ -69,6 +71,7 @@ class RuntimeState:
             c.id: CounterState(c.size, [0] * c.size, [0] * c.size) for c in schema.counters.values()
         }
         self.clone_sessions: dict[int, p4r.CloneSessionEntry] = {}
+        self.value_sets = ValueSets(schema)
 
     def _initial_default(self, table: TableInfo) -> ActionCall:
         action_id = table.const_default_action_id
@@ -107,6 +110,8 @@ class RuntimeState:
                 self._write_counter(kind, update.entity.counter_entry)
             elif which == "packet_replication_engine_entry":
                 self._write_pre(kind, update.entity.packet_replication_engine_entry)
+            elif which == "value_set_entry":
+                self.value_sets.write(kind, update.entity.value_set_entry)
             elif which is None:
                 raise invalid("update has no entity")
             else:

@@ -18,6 +18,7 @@ from pathlib import Path
 from controller.advice import MODES
 from emulation.rundir import RUNS, clean_all
 from wire import runfiles
+from wire.intmd import DSCP_INT
 from wire.realtime import DEFAULT_PRIORITY
 
 
@@ -47,7 +48,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             topo = topo.scaled(args.link_mbps)
         bmv2_options = {"log_level": args.bmv2_log}
         tb = Testbed(topo, dataplane=args.dataplane, bmv2_options=bmv2_options, int_sample_log2=args.int_sample_log2,
-                     mode=args.mode, realtime_priority=args.switch_priority)
+                     mode=args.mode, realtime_priority=args.switch_priority,
+                     controller_args=["--int-dscp", str(args.int_dscp)])
         if args.pcap:
             (tb.run_dir / "pcaps").mkdir(exist_ok=True)
             bmv2_options["pcap_dir"] = tb.run_dir / "pcaps"
@@ -147,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="SCHED_FIFO priority of the switch processes (default %(default)s; 0: normal scheduling)")
     run.add_argument("--int-sample-log2", type=int, default=3, choices=range(-1, 17), metavar="N",
                      help="INT on 1 in 2^N packets of each host flow (default 3; -1 = INT off)")
+    run.add_argument("--int-dscp", type=int, default=DSCP_INT, choices=range(64), metavar="DSCP",
+                     help="the DSCP that marks INT in the fabric (default %(default)s, CS4; README: INT and DSCP)")
     scenario = sub.add_parser("scenario", help="run a scenario file (each mode on a fresh testbed) and report")
     scenario.add_argument("file")
     scenario.add_argument("--modes", help="comma-separated modes instead of the file's")

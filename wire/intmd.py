@@ -152,6 +152,38 @@ def l4_header_length(frame: bytes | bytearray, l4: int, proto: int) -> int:
     return length
 
 
+def int_offset(frame: bytes | bytearray, proto: int) -> int | None:
+    """Where the INT block of a frame marked with an INT DSCP starts (Ethernet + a 20-byte IPv4
+    header, TCP or UDP), or None when what follows the L4 header is no valid INT header: foreign
+    traffic that happens to carry the INT DSCP, which a switch forwards as plain. starnet.p4's parser
+    states check_int_room/_header/_hops decide the same way: room for a shim and an MD header by the
+    IPv4 total length, type MD, version 2, 8-word hops, a length of the MD header plus whole hops,
+    and hops carried + hops remaining within MAX_HOPS. IntFormatError when the frame ends before its
+    headers do (the TCP header or options, or the INT block it claims): the P4 parser's
+    PacketTooShort, malformed."""
+    l4 = 34
+    total = (frame[16] << 8) | frame[17]
+    if proto == 17:
+        int_off, payload = l4 + 8, total - 28
+    else:
+        if len(frame) < l4 + 20:
+            raise IntFormatError(f"TCP header truncated: {len(frame) - l4} of 20 bytes")
+        options = max(0, (frame[l4 + 12] >> 4) - 5) * 4  # below 5 words: no options (as starnet.p4)
+        int_off, payload = l4 + 20 + options, total - 40 - options
+    if payload & 0xFFF0 == 0:  # mod 2^16, as the P4 parser's bit<16>
+        return None
+    if len(frame) < int_off + FIXED_BYTES:
+        raise IntFormatError("INT header runs past the end of the frame")
+    words = frame[int_off + SHIM_LEN]
+    if frame[int_off] >> 4 != INT_TYPE_MD or frame[int_off + MD_FLAGS] >> 4 != INT_VERSION \
+            or frame[int_off + 6] & 0x1F != HOP_WORDS or words & 0xC7 != MD_WORDS \
+            or ((words - MD_WORDS) >> 3) + frame[int_off + MD_REMAINING] > MAX_HOPS:
+        return None
+    if len(frame) < int_off + SHIM_BYTES + 4 * words:
+        raise IntFormatError(f"INT length {SHIM_BYTES + 4 * words} B runs past the end of the frame")
+    return int_off
+
+
 # ---- editing INT in a frame ----------------------------------------------------------------------
 # Byte offsets from the start of the shim, and the helpers the soft switch pushes and strips INT
 # with (Ethernet + a 20-byte IPv4 header; int_off = where the shim starts).
@@ -199,12 +231,12 @@ def set_tos(frame: bytearray, tos: int) -> None:
 _SOURCE_BLOCK = IntStack(orig_dscp=0).pack()
 
 
-def insert_source_header(frame: bytearray, int_off: int) -> bytearray:
-    """Shim + MD header (no hops yet) after the L4 header; DSCP := INT, original DSCP in the shim."""
+def insert_source_header(frame: bytearray, int_off: int, int_dscp: int = DSCP_INT) -> bytearray:
+    """Shim + MD header (no hops yet) after the L4 header; DSCP := `int_dscp`, the original in the shim."""
     dscp = frame[15] >> 2
     out = frame[:int_off] + _SOURCE_BLOCK + frame[int_off:]
     out[int_off + SHIM_ORIG_DSCP] = dscp
-    set_tos(out, (DSCP_INT << 2) | (frame[15] & 3))
+    set_tos(out, (int_dscp << 2) | (frame[15] & 3))
     grow_lengths(out, FIXED_BYTES)
     return out
 

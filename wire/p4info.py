@@ -87,6 +87,16 @@ class CounterInfo:
 
 
 @dataclass(frozen=True)
+class ValueSetInfo:
+    """A parser value set: its members are matched as one exact field of `bitwidth` bits."""
+
+    id: int
+    name: str
+    bitwidth: int
+    size: int
+
+
+@dataclass(frozen=True)
 class PacketMetadataInfo:
     id: int
     name: str
@@ -102,6 +112,7 @@ class P4Schema:
     actions: dict[int, ActionInfo] = field(default_factory=dict)
     action_profiles: dict[int, ActionProfileInfo] = field(default_factory=dict)
     counters: dict[int, CounterInfo] = field(default_factory=dict)
+    value_sets: dict[int, ValueSetInfo] = field(default_factory=dict)
     packet_metadata: dict[str, PacketMetadataInfo] = field(default_factory=dict)
     _ids: dict[str, int] = field(default_factory=dict)
 
@@ -142,13 +153,16 @@ class P4Schema:
         for c in p4info.counters:
             unit = p4i.CounterSpec.Unit.Name(c.spec.unit)
             schema.counters[c.preamble.id] = CounterInfo(c.preamble.id, c.preamble.name, c.size, unit)
+        for v in p4info.value_sets:
+            schema.value_sets[v.preamble.id] = ValueSetInfo(v.preamble.id, v.preamble.name,
+                                                            sum(m.bitwidth for m in v.match), v.size)
         for cpm in p4info.controller_packet_metadata:
             schema.packet_metadata[cpm.preamble.name] = PacketMetadataInfo(
                 cpm.preamble.id,
                 cpm.preamble.name,
                 tuple(ParamInfo(m.id, m.name, m.bitwidth) for m in cpm.metadata),
             )
-        for group in (schema.tables, schema.actions, schema.action_profiles, schema.counters):
+        for group in (schema.tables, schema.actions, schema.action_profiles, schema.counters, schema.value_sets):
             for obj in group.values():
                 schema._ids[obj.name] = obj.id
         return schema
@@ -174,6 +188,9 @@ class P4Schema:
 
     def counter(self, name: str) -> CounterInfo:
         return self.counters[self.id_of(name)]
+
+    def value_set(self, name: str) -> ValueSetInfo:
+        return self.value_sets[self.id_of(name)]
 
     def metadata(self, header: str) -> PacketMetadataInfo:
         try:

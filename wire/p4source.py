@@ -2,7 +2,8 @@
 
 This is not a P4 compiler: it reads the declarations a P4Info is made of — header and struct
 types, typedefs, and in each control its actions, tables (keys, actions, implementation, size),
-counters, registers and action selectors, plus @controller_header types — from the source, with
+counters, registers and action selectors, in each parser its value sets, plus @controller_header
+types — from the source, with
 includes resolved. `compare(program, p4info)` lists every name, width, match kind, size or
 parameter that differs, so the committed P4Info and the program cannot drift apart unnoticed
 (ids are not compared: everything resolves ids by name).
@@ -53,6 +54,7 @@ class Program:
     counters: dict[str, tuple[int, str]] = field(default_factory=dict)  # name → (size, unit)
     registers: dict[str, tuple[int, int]] = field(default_factory=dict)  # name → (bitwidth, size)
     selectors: dict[str, tuple[int, int]] = field(default_factory=dict)  # name → (size, max group size)
+    value_sets: dict[str, tuple[int, int]] = field(default_factory=dict)  # name → (bitwidth, size)
     called_actions: set[str] = field(default_factory=set)  # actions an apply block calls (p4c lists them)
     control_params: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -173,6 +175,12 @@ def parse_program(path: Path) -> Program:
         program.control_params[control] = params
         body, _ = _block(text, match.end() - 1)
         _parse_control(program, control, body)
+    for match in re.finditer(r"\bparser\s+(\w+)\s*\([^)]*\)\s*\{", text):
+        body, _ = _block(text, match.end() - 1)
+        for vs in re.finditer(r"\bvalue_set\s*<\s*(bit\s*<\s*\w+\s*>|\w+)\s*>\s*\(\s*(\w+)\s*\)\s*(\w+)\s*;",
+                              _top_level(body)):
+            program.value_sets[f"{match.group(1)}.{vs.group(3)}"] = (program.width(vs.group(1)),
+                                                                    program._int(vs.group(2)))
     return program
 
 
@@ -301,6 +309,8 @@ def compare(program: Program, p4info: p4i.P4Info) -> list[str]:
     problems += _diff("register", program.registers, registers)
     selectors = {p.preamble.name: (p.size, p.max_group_size) for p in p4info.action_profiles if p.with_selector}
     problems += _diff("action selector", program.selectors, selectors)
+    value_sets = {v.preamble.name: (sum(m.bitwidth for m in v.match), v.size) for v in p4info.value_sets}
+    problems += _diff("value set", program.value_sets, value_sets)
     metadata = {m.preamble.name: [(f.name, f.bitwidth) for f in m.metadata] for m in p4info.controller_packet_metadata}
     want_metadata = {name: [(f, program.width(t)) for t, f in program.types[header]]
                      for name, header in program.controller_headers.items()}

@@ -23,12 +23,15 @@ control StarEgress(inout headers_t hdr, inout metadata_t meta,
     IntSink() int_sink;
 
     bit<32> node_id = 0;
+    bit<6> int_dscp = DSCP_INT;
 
-    action set_node_id(bit<32> id) {
+    action set_node_id(bit<32> id, bit<6> dscp) {
         node_id = id;
+        int_dscp = dscp;
     }
 
-    // Keyless: its default action, written by the controller, names this switch in INT hops.
+    // Keyless: its default action, written by the controller, names this switch in INT hops and
+    // gives the DSCP an INT source marks (the one the parsers' value set int_dscp holds).
     table int_node {
         actions = {
             set_node_id;
@@ -72,7 +75,7 @@ control StarEgress(inout headers_t hdr, inout metadata_t meta,
             port_last_egress_us.read(r_egress_us, r_port);
             port_capacity_mbps.read(r_capacity, r_port);
             if (!hdr.int_shim.isValid()) {
-                int_source.apply(hdr);  // source and sink on this switch: the report's only hop is ours
+                int_source.apply(hdr, int_dscp);  // source and sink on this switch: the report's only hop is ours
             }
             int_report_hop.apply(hdr, node_id, meta.orig_ingress_port, meta.orig_egress_port, r_latency,
                               (bit<24>)r_qdepth, r_egress_us, r_tx_bytes, r_capacity, false);
@@ -115,7 +118,7 @@ control StarEgress(inout headers_t hdr, inout metadata_t meta,
         port_last_egress_us.write(port, standard_metadata.egress_global_timestamp);
         port_capacity_mbps.write(port, meta.capacity_mbps);
         if (meta.int_source == 1) {
-            int_source.apply(hdr);
+            int_source.apply(hdr, int_dscp);
         }
         if (hdr.int_shim.isValid()) {
             if (meta.int_sink == 1) {

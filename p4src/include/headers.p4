@@ -21,6 +21,8 @@ const bit<8> REASON_INT_REPORT = 1;
 const bit<8> REASON_PROBE = 2;
 
 // INT v2.1, INT-MD over TCP/UDP, signalled by DSCP. Instruction bits are numbered from the MSB.
+// DSCP_INT is the default marking (CS4); the controller writes the one in use into the parser's
+// value set int_dscp and int_node's set_node_id.
 const bit<6>  DSCP_INT = 0x20;
 const bit<4>  INT_TYPE_MD = 1;
 const bit<4>  INT_VERSION = 2;
@@ -38,7 +40,7 @@ const bit<16> INT_HOP_BYTES = 32;
 // order). The program counts the first five itself; the rest happen outside the P4 pipeline — in
 // the traffic manager (queue full), on the wire (send error) or in the packet-in path (no client
 // takes a punted frame) — and the soft switch adds them to the same counter; BMv2 leaves them 0.
-const bit<32> DROP_MALFORMED = 0;         // parser_error != NoError (also bad INT headers)
+const bit<32> DROP_MALFORMED = 0;         // parser_error != NoError (also a truncated INT stack)
 const bit<32> DROP_NON_IPV4 = 1;
 const bit<32> DROP_TTL_EXPIRED = 2;
 const bit<32> DROP_NO_ROUTE = 3;          // ipv4_lpm miss or its drop action
@@ -64,8 +66,7 @@ const bit<32> PKT_INSTANCE_TYPE_NORMAL = 0;
 const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;
 
 error {
-    BadIpv4Header,
-    BadIntHeader
+    BadIpv4Header
 }
 
 typedef bit<48> mac_addr_t;
@@ -187,6 +188,9 @@ struct metadata_t {
     bit<16> l4_dst_port;
     bit<8>  port_role;
     bit<8>  int_words_left;  // parser: hop words still to extract
+    bit<16> l4_payload_bytes; // parser: IPv4 length less the IPv4 and L4 headers (mod 2^16)
+    bit<8>  int_hop_budget;  // parser: hops carried + hops remaining of a would-be INT header
+    bit<1>  int_dscp_plain;  // marked with an INT DSCP, but no valid INT header: plain traffic
     bit<1>  int_watched;     // int_source matched: sample with int_sample_log2
     bit<8>  int_sample_log2;
     bit<1>  int_source;      // this switch starts INT on the packet

@@ -8,6 +8,9 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
     counter(512, CounterType.packets_and_bytes) port_rx;
     counter(512, CounterType.packets_and_bytes) fault_drops;
     counter(512, CounterType.packets_and_bytes) malformed;
+    // Routed TCP/UDP frames marked with an INT DSCP but carrying no valid INT header: foreign
+    // traffic, forwarded as plain (the parser's int_dscp_plain), per ingress port.
+    counter(512, CounterType.packets_and_bytes) int_dscp_plain;
     // Every frame the switch drops, by reason (headers.p4 DROP_*): rx = tx + punted + these.
     counter(DROP_REASONS, CounterType.packets_and_bytes) drop_reason;
     // Last routine INT report per flow slot (µs, switch clock).
@@ -194,6 +197,9 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
             // A miss, or an entry's drop action.
             drop_reason.count(DROP_NO_ROUTE);
             exit;
+        }
+        if (meta.int_dscp_plain == 1) {
+            int_dscp_plain.count((bit<32>)standard_metadata.ingress_port);
         }
         if (meta.port_role == ROLE_HOST && !hdr.int_shim.isValid()
                 && (hdr.tcp.isValid() || hdr.udp.isValid())) {

@@ -13,7 +13,7 @@ control IntGrow(inout headers_t hdr, in bit<16> bytes) {
     }
 }
 
-control IntSource(inout headers_t hdr) {
+control IntSource(inout headers_t hdr, in bit<6> dscp) {
     IntGrow() grow;
 
     apply {
@@ -36,7 +36,7 @@ control IntSource(inout headers_t hdr) {
         hdr.int_md.domain_specific_id = INT_DS_ID;
         hdr.int_md.ds_instruction = INT_DS_INSTRUCTIONS;
         hdr.int_md.ds_flags = 0;
-        hdr.ipv4.dscp = DSCP_INT;
+        hdr.ipv4.dscp = dscp;
         grow.apply(hdr, INT_FIXED_BYTES);
     }
 }

@@ -18,6 +18,7 @@ from emulation.switchproc import bmv2_missing
 from tests.checks import assert_within, wait_until
 from tests.dataplane.harness import SwitchHarness
 from wire.drops import DROP_COUNTER, by_reason
+from wire.intmd import DSCP_INT, IntStack, parse
 
 pytestmark = [pytest.mark.root]
 
@@ -55,13 +56,20 @@ def program(h: SwitchHarness) -> None:
     updates.append(ent.insert(ent.table_entry(
         s, "StarEgress.port_config", {"standard_metadata.egress_port": ECN_PORT},
         action_call=ent.action(s, "StarEgress.set_port_config", capacity_mbps=2, ecn_threshold_pkts=ECN_THRESHOLD))))
+    updates.append(ent.modify(ent.value_set(s, "StarParser.int_dscp", [DSCP_INT])))  # as the controller does
     h.write(updates)
 
 
-def udp(dst: str, sport: int = 1000, src: str = "10.1.0.1", ttl: int = 64, tos: int = 0, size: int = 100) -> bytes:
+def udp(dst: str, sport: int = 1000, src: str = "10.1.0.1", ttl: int = 64, tos: int = 0, size: int = 100,
+        payload: bytes = b"") -> bytes:
     header = Ether(src="02:00:00:00:0d:01", dst=SMAC.format(1)) / IP(src=src, dst=dst, ttl=ttl, tos=tos) / \
         UDP(sport=sport, dport=MARK_DPORT)
-    return bytes(header / (b"\x00" * max(0, size - len(header))))
+    return bytes(header / (payload + b"\x00" * max(0, size - len(header) - len(payload))))
+
+
+def int_udp(dst: str, size: int = 200) -> bytes:
+    """A UDP frame carrying valid INT (no hops yet, all six remaining), marked CS4."""
+    return udp(dst, sport=1500, tos=DSCP_INT << 2, size=size, payload=IntStack().pack())
 
 
 def ours(frame: bytes) -> bool:
@@ -310,6 +318,35 @@ def test_a_vlan_tagged_frame_is_dropped_as_non_ipv4_as_starnet_p4_says(switch):
     assert counter(switch, "StarIngress.port_rx", 1)[0] - rx_before == 101
 
 
+def test_cs4_traffic_without_int_is_forwarded_as_plain_and_counted(switch):
+    """Issue "Edges": ordinary traffic marked CS4 (the INT DSCP) with no INT header behind its UDP
+    header, or too little payload for one, leaves unchanged (but for TTL and MACs) and is counted in
+    int_dscp_plain; it used to be dropped as malformed."""
+    plain0, malformed0 = counter(switch, "StarIngress.int_dscp_plain", 1), counter(switch, "StarIngress.malformed", 1)
+    frames = [udp("10.1.0.2", tos=0x80, size=300, payload=bytes(range(200))), udp("10.1.0.2", tos=0x81, size=50)]
+    switch.drain()
+    for frame in frames:
+        switch.send(1, frame, count=10)
+    got = switch.receive(2, ours, count=20)
+    assert len(got) == 20
+    assert sorted({(f[15], len(f), f[42:]) for f in got}) == sorted({(f[15], len(f), f[42:]) for f in frames})
+    plain = counter(switch, "StarIngress.int_dscp_plain", 1)
+    assert plain[0] - plain0[0] == 20 and plain[1] - plain0[1] == 10 * 300 + 10 * 50
+    assert counter(switch, "StarIngress.malformed", 1) == malformed0
+
+
+def test_a_valid_int_frame_gets_this_switchs_hop(switch):
+    """Real INT (a valid shim and MD header) marked CS4 is transit INT: the switch pushes its hop."""
+    switch.drain()
+    switch.send(1, int_udp("10.1.0.2"), count=3)
+    got = switch.receive(2, ours, count=3)
+    assert len(got) == 3
+    for frame in got:
+        stack = parse(frame, 42)
+        assert len(stack.hops) == 1 and stack.remaining_hop_cnt == 5
+        assert stack.hops[0].ingress_port == 1 and stack.hops[0].egress_port == 2
+
+
 # ---- frame accounting ---------------------------------------------------------------------------
 FLOOD_FRAMES = 100_000
 FLOOD_BURST = 2_000  # sent, then waited for at the switch's port_rx: nothing lost before the switch
@@ -323,6 +360,8 @@ def flood_kinds() -> list[tuple[int, bytes]]:
     short_ip.len = 26
     return [
         (1, udp("10.1.0.2", size=100)),                       # forwarded to port 2
+        (1, udp("10.1.0.2", tos=0x80, size=200)),             # CS4 without INT: forwarded as plain
+        (1, int_udp("10.1.0.2")),                             # INT: forwarded with this switch's hop
         (1, udp("10.2.0.7", sport=4242, size=700)),          # ECMP over ports 2, 3
         (1, udp("10.1.0.4", size=1400)),                      # port 4 at 2 Mbit/s: mostly queue_full
         (1, udp("10.1.0.3", size=300)),                       # fault_inject drops 10.1.0.3 from port 1
@@ -360,7 +399,7 @@ def take_packet_ins(h: SwitchHarness) -> int:
 
 
 def test_every_frame_of_a_mixed_flood_is_forwarded_punted_or_dropped_for_a_counted_reason(switch):
-    """rx = tx + punted + every drop reason over 100,000 frames of eleven kinds, read over P4Runtime."""
+    """rx = tx + punted + every drop reason over 100,000 frames of thirteen kinds, read over P4Runtime."""
     if switch.target != "soft":
         pytest.skip("BMv2's traffic manager drops (queue full) are not in the P4 counter drop_reason")
     fault = fault_entry(switch, "10.1.0.3", ent.action(switch.schema, "StarIngress.fault_drop"))
@@ -368,6 +407,7 @@ def test_every_frame_of_a_mixed_flood_is_forwarded_punted_or_dropped_for_a_count
     try:
         take_packet_ins(switch)
         rx0, tx0, drops0 = totals(switch)
+        plain0 = counter(switch, "StarIngress.int_dscp_plain", 1)[0]
         kinds = flood_kinds()
         rng = random.Random(18)
         sent = 0
@@ -400,5 +440,6 @@ def test_every_frame_of_a_mixed_flood_is_forwarded_punted_or_dropped_for_a_count
         assert grew["no_live_member"] == grew["send_error"] == 0, grew
         assert punted + grew["no_controller"] > 0
         assert tx - tx0 > 0
+        assert counter(switch, "StarIngress.int_dscp_plain", 1)[0] > plain0  # CS4 frames passed as plain
     finally:
         switch.write([ent.delete(fault)])

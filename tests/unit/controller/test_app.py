@@ -66,7 +66,8 @@ def test_the_controller_programs_every_switch_of_the_fabric(fabric):
         assert len(state.table_by_name("StarIngress.port_role").exact_index) == len(topo.links_of(name))
         assert REPORT_SESSION in state.clone_sessions
         node = state.table_by_name("StarEgress.int_node").default_action
-        assert node.name == "StarEgress.set_node_id" and node.args == (plan.switches[name].device_id,)
+        assert node.name == "StarEgress.set_node_id" and node.args == (plan.switches[name].device_id, 0x20)
+        assert state.value_sets.by_name("StarParser.int_dscp") == {0x20}  # the default INT DSCP, CS4
 
 
 def test_a_failed_write_names_the_switch_and_the_failing_update(fabric):

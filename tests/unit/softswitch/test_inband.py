@@ -18,7 +18,7 @@ from softswitch.runtime_state import RuntimeState
 from topologies import leafspine
 from topologies.addressing import AddressPlan
 from wire.cpu import REPORT_TRUNCATE_BYTES
-from wire.intmd import DSCP_INT, FIXED_BYTES, HOP_BYTES, IntStack, dissect_int, int_length, parse
+from wire.intmd import DSCP_INT, FIXED_BYTES, HOP_BYTES, IntStack, dissect_int, int_length, parse, set_tos
 from wire.p4info import P4Schema
 
 
@@ -241,20 +241,51 @@ def int_frame(fabric: Fabric, hops: int = 1) -> bytearray:
 
 
 @pytest.mark.parametrize("mutate", [
-    lambda f: f.__setitem__(43, 40),                   # shim length longer than the packet
-    lambda f: f.__setitem__(43, 3 + 4),                # not a whole number of hops
+    lambda f: f.__setitem__(43, 40),                   # shim length of no whole number of hops
+    lambda f: f.__setitem__(43, 3 + 4),                # not a whole number of hops either
     lambda f: f.__setitem__(46, (f[46] & 0x0F) | 0x10),  # MD version 1
     lambda f: f.__setitem__(42, 0x20),                 # shim type 2
     lambda f: f.__setitem__(49, 6),                    # 1 hop + 6 remaining: over the budget
+    lambda f: f.__setitem__(48, f[48] & 0xE0 | 4),     # hop metadata length 4 words
 ])
-def test_malformed_int_is_dropped_and_counted(fabric, mutate):
+def test_a_frame_with_the_int_dscp_but_no_valid_int_header_is_forwarded_as_plain(fabric, mutate):
+    """Foreign traffic marked CS4 (issue "Edges"): not INT, so no hop is pushed and nothing is
+    stripped; it is forwarded untouched but for TTL and MACs, and counted in int_dscp_plain."""
     frame = int_frame(fabric)
     int_length(frame, 42)  # valid before the mutation
     mutate(frame)
     spine = fabric.pipelines["s1"]
     in_port = 1
-    assert spine.ingress(bytes(frame), in_port) is None
-    assert spine.malformed[in_port] == 1 and spine.drop_counts()["malformed"] == 1
+    port, out = spine.ingress(bytes(frame), in_port)
+    assert isinstance(out, bytearray) and out[22] == frame[22] - 1  # routed: TTL, MACs, checksum change
+    assert out[12:22] + out[23:24] + out[26:] == frame[12:22] + frame[23:24] + frame[26:]  # the rest does not
+    assert spine.int_plain[in_port] == 1 and spine.malformed[in_port] == 0
+    assert spine.drop_counts()["malformed"] == 0
+
+
+@pytest.mark.parametrize("keep", [42 + 10, 42 + 16 + 20])  # inside the MD header, inside the hop
+def test_int_cut_short_by_the_end_of_the_frame_is_malformed(fabric, keep):
+    """A valid INT header whose stack the frame does not hold (its IPv4 length says it does): the P4
+    parser's PacketTooShort, counted malformed and dropped."""
+    frame = int_frame(fabric)
+    spine = fabric.pipelines["s1"]
+    assert spine.ingress(bytes(frame[:keep]), 1) is None
+    assert spine.malformed[1] == 1 and spine.drop_counts()["malformed"] == 1 and spine.int_plain[1] == 0
+
+
+def test_int_is_recognised_by_the_configured_dscp_only(fabric):
+    """With the controller's INT DSCP at 0x0A (AF11), a transit switch pushes its hop onto frames
+    marked 0x0A and forwards a valid-looking INT header marked CS4 as plain."""
+    spine = fabric.pipelines["s1"]
+    spine.state.apply(ent.modify(ent.value_set(spine.state.schema, "StarParser.int_dscp", [0x0A])))
+    frame = int_frame(fabric)
+    port, out = spine.ingress(bytes(frame), 1)
+    assert isinstance(out, bytearray) and len(out) == len(frame)  # CS4 is ordinary traffic now: no hop
+    assert spine.int_plain[1] == 0  # (int_dscp_plain counts frames marked with an INT DSCP only)
+    set_tos(frame, 0x0A << 2)
+    port, pending = spine.ingress(bytes(frame), 1)
+    assert isinstance(pending, IntPending)
+    assert len(parse(spine.int_engine.egress(pending, port, 0, fabric.now), 42).hops) == 2
 
 
 def test_random_mutations_never_crash_and_every_packet_is_accounted_for(fabric):

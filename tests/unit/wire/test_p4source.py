@@ -83,6 +83,7 @@ def test_renamed_match_field_in_p4info_is_caught(program):
      "controller header packet_in"),
     (lambda info: setattr(info.registers[0], "size", 2048), "register StarIngress.report_last_us"),
     (lambda info: setattr(info.action_profiles[0], "max_group_size", 8), "action selector StarIngress.ecmp_selector"),
+    (lambda info: setattr(info.value_sets[0], "size", 8), "value set StarParser.int_dscp"),
 ])
 def test_other_mutations_of_the_p4info_are_caught(program, mutate, expected):
     info = load_p4info()
