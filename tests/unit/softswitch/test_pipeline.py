@@ -17,6 +17,7 @@ from softswitch.runtime_state import RuntimeState
 from topologies import leafspine
 from topologies.addressing import AddressPlan
 from wire.drops import DROP_INDEX
+from wire.intmd import parse
 from wire.p4info import P4Schema
 
 
@@ -253,6 +254,27 @@ def test_a_new_flows_first_data_packet_starts_int_then_sampling_takes_over(fabri
     assert carries_int(UDP(sport=1000, dport=80))  # another 5-tuple: a new flow
     assert not carries_int(UDP(sport=1000, dport=80), b"")  # header only: no data
     assert not carries_int(UDP(sport=1000, dport=80))
+
+
+def test_the_controllers_int_dscp_is_what_a_source_marks_and_a_transit_reads(fabric):
+    """switch_program(int_dscp=0x0A): s3 starts INT marked AF11 (the original DSCP kept in the
+    shim), and a transit switch programmed the same way takes that frame for INT."""
+    topo, plan, routes = fabric
+    schema = P4Schema.load()
+    pipelines = {}
+    for name in ("s3", "s1"):
+        state = RuntimeState(schema)
+        for update in switch_program(schema, topo, plan, name, routes[name], int_sample_log2=0, int_dscp=0x0A):
+            state.apply(update)
+        pipelines[name] = Pipeline(state)
+    frame = bytes(Ether(src="00:00:0a:00:03:01", dst="02:53:00:03:00:01")
+                  / IP(src="10.0.3.1", dst="10.0.4.1", tos=0x2E << 2) / UDP(sport=7, dport=7) / (b"x" * 64))
+    port, pending = pipelines["s3"].ingress(frame, 1, now=0.0)
+    assert isinstance(pending, IntPending)
+    out = pipelines["s3"].int_engine.egress(pending, port, 0, 0.0)
+    assert out[15] >> 2 == 0x0A and parse(out, 42).orig_dscp == 0x2E
+    result = pipelines["s1"].ingress(bytes(out), 1, now=0.0)  # into the spine (its port 1: a leaf)
+    assert result is not None and isinstance(result[1], IntPending)  # transit INT at the spine
 
 
 def short_l4(proto: int, tos: int, l4_bytes: int) -> bytes:
