@@ -28,6 +28,7 @@ from wire.drops import DROP_COUNTER, DROP_INDEX, DROP_REASONS
 from wire.intmd import DSCP_INT, IntFormatError, insert_source_header, int_offset, set_ipv4_word
 
 IPV4_LPM = "StarIngress.ipv4_lpm"
+FLOW_PIN = "StarIngress.flow_pin"
 ECMP_SELECTOR = "StarIngress.ecmp_selector"
 PORT_ROLE = "StarIngress.port_role"
 FAULT_INJECT = "StarIngress.fault_inject"
@@ -84,6 +85,7 @@ class PipelineSnapshot:
     fault_inject: TableState
     int_source: TableState
     int_sink: TableState
+    flow_pin: TableState
     selector: ActionProfileState
     egress: EgressConfig
     int_tos: bytes = bytes(256)  # per IPv4 TOS byte: 1 when its DSCP is in the value set int_dscp
@@ -174,7 +176,8 @@ class Pipeline:
         snapshot = PipelineSnapshot(
             self._generation, ids(SET_NHOP), ids(INT_WATCH), ids(FAULT_DROP), ids(FAULT_DROP_PROB),
             state.table_by_name(IPV4_LPM), state.table_by_name(PORT_ROLE), state.table_by_name(FAULT_INJECT),
-            state.table_by_name(INT_SOURCE), state.table_by_name(INT_SINK), state.profile_by_name(ECMP_SELECTOR),
+            state.table_by_name(INT_SOURCE), state.table_by_name(INT_SINK), state.table_by_name(FLOW_PIN),
+            state.profile_by_name(ECMP_SELECTOR),
             egress, bytes(int(tos >> 2 in int_dscps) for tos in range(256)))
         self.int_engine.config = egress
         self.snapshot = snapshot  # published: the next frame uses it
@@ -371,8 +374,9 @@ class Pipeline:
         drop_prob = fault_drop_prob(snap, in_port, src, dst)
         if drop_prob >= 1.0:
             return DROPPED, "fault", 0.0, -1, False
-        entry = snap.ipv4_lpm.lookup((dst,))
         action: ActionCall | None
+        pin = snap.flow_pin.lookup((dst, src, proto, sport, dport)) if snap.flow_pin.entries else None
+        entry = pin or snap.ipv4_lpm.lookup((dst,))  # a pinned flow's next hop, or ECMP's (starnet.p4)
         if entry is None:
             action = snap.ipv4_lpm.default_action
         elif entry.action is not None:

@@ -67,6 +67,25 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
         size = 4096;
     }
 
+    // Path scheduling (controller/paths.py): one flow pinned to one next hop at a switch where its
+    // shortest paths fork. A hit replaces ipv4_lpm's ECMP choice; flows with no entry keep hashing.
+    // The controller removes a flow's entries when it ends and rewrites them when a link fails.
+    table flow_pin {
+        key = {
+            hdr.ipv4.dst_addr: exact;
+            hdr.ipv4.src_addr: exact;
+            hdr.ipv4.protocol: exact;
+            meta.l4_src_port: exact;
+            meta.l4_dst_port: exact;
+        }
+        actions = {
+            set_nhop;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 1024;
+    }
+
     action int_watch(bit<8> sample_log2) {
         meta.int_watched = 1;
         meta.int_sample_log2 = sample_log2;
@@ -189,9 +208,11 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
             punt(REASON_PROBE);
             exit;
         }
-        if (!ipv4_lpm.apply().hit) {
-            // A miss drops (BMv2 cannot hold a default action for a table with an action profile).
-            mark_to_drop(standard_metadata);
+        if (!flow_pin.apply().hit) {
+            if (!ipv4_lpm.apply().hit) {
+                // A miss drops (BMv2 cannot hold a default action for a table with an action profile).
+                mark_to_drop(standard_metadata);
+            }
         }
         if (standard_metadata.egress_spec == DROP_PORT) {
             // A miss, or an entry's drop action.

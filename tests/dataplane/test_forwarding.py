@@ -19,6 +19,7 @@ from tests.checks import assert_within, wait_until
 from tests.dataplane.harness import SwitchHarness
 from wire.drops import DROP_COUNTER, by_reason
 from wire.intmd import DSCP_INT, IntStack, parse
+from wire.proto import p4r
 
 pytestmark = [pytest.mark.root]
 
@@ -118,6 +119,48 @@ def test_ecmp_spreads_flows_and_keeps_each_flow_on_one_port(switch):
     assert first[2].isdisjoint(first[3])
     assert first[2] | first[3] == set(sports)
     assert flows_by_port(switch, sports) == first
+
+
+def pin(h: SwitchHarness, sport: int, port: int, dst: str = "10.2.0.9"):
+    """flow_pin: the UDP flow 10.1.0.1:sport → dst:MARK_DPORT to `port`."""
+    return ent.table_entry(h.schema, "StarIngress.flow_pin",
+                           {"hdr.ipv4.dst_addr": dst, "hdr.ipv4.src_addr": "10.1.0.1", "hdr.ipv4.protocol": 17,
+                            "meta.l4_src_port": sport, "meta.l4_dst_port": MARK_DPORT},
+                           action_call=ent.action(h.schema, "StarIngress.set_nhop", port=port, smac=SMAC.format(port),
+                                                  dmac=NHOP_MAC.format(port)))
+
+
+def test_a_pinned_flow_leaves_by_its_pin_and_the_others_keep_hashing(switch):
+    """Path scheduling (issue "Path scheduling"): flow_pin overrides ECMP for the flows it names,
+    only for them, and deleting the pins hands them back to the hash."""
+    sports = range(22000, 22064)
+    hashed = flows_by_port(switch, sports)
+    assert set(hashed) == {2, 3}, hashed
+    moved = sorted(hashed[2])[:8]
+    pins = [pin(switch, sport, 3) for sport in moved]
+    switch.write([ent.insert(p) for p in pins])
+    try:
+        now = flows_by_port(switch, sports)
+        assert now[3] == hashed[3] | set(moved) and now[2] == hashed[2] - set(moved)
+        query = p4r.Entity()
+        query.table_entry.table_id = switch.schema.id_of("StarIngress.flow_pin")
+        read = switch.session.call(switch.session.s.read([query]))
+        assert len(read) == 8
+    finally:
+        switch.write([ent.delete(p) for p in pins])
+    assert flows_by_port(switch, sports) == hashed
+
+
+def test_flow_pin_holds_its_p4info_size_and_no_more(switch):
+    size = switch.schema.table("StarIngress.flow_pin").size
+    pins = [pin(switch, 30000 + i, 2) for i in range(size)]
+    switch.write([ent.insert(p) for p in pins])
+    try:
+        with pytest.raises(Exception) as caught:
+            switch.write([ent.insert(pin(switch, 30000 + size, 2))])
+        assert "RESOURCE_EXHAUSTED" in str(caught.value)
+    finally:
+        switch.write([ent.delete(p) for p in pins])
 
 
 def test_member_whose_watch_port_is_down_gets_no_traffic(switch):

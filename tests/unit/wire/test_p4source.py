@@ -22,7 +22,8 @@ def program():
 
 
 def test_program_declares_the_designed_pipeline(program):
-    assert {"StarIngress.port_role", "StarIngress.ipv4_lpm", "StarIngress.int_source", "StarIngress.int_sink",
+    assert {"StarIngress.port_role", "StarIngress.ipv4_lpm", "StarIngress.flow_pin", "StarIngress.int_source",
+            "StarIngress.int_sink",
             "StarIngress.fault_inject", "StarEgress.port_config", "StarEgress.int_node"} == set(program.tables)
     lpm = program.tables["StarIngress.ipv4_lpm"]
     assert lpm.implementation == "StarIngress.ecmp_selector"
