@@ -7,7 +7,10 @@ is taken at once), sends each
 host only what changed (plus a refresh before advice would expire), and logs every decision to
 ``advice.csv`` in the run directory. It reads the collector only through its snapshots. Modes:
 ``none``, ``ecn`` and ``bbr`` send no advice (hosts run at line rate with cubic; in ``ecn`` their
-TCP negotiates ECN; in ``bbr`` it is BBR: hostagent/tcpsettings.py), ``advice`` runs this loop.
+TCP negotiates ECN; in ``bbr`` it is BBR: hostagent/tcpsettings.py), ``advice`` runs this loop,
+and ``paths`` runs it over the placement of controller/paths.py: each decision first places the
+active flows on paths (pinned in the switches by the flow_pin updates it hands to ``on_pins``), then
+rates every host pair over the paths its flows were given.
 """
 
 from __future__ import annotations
@@ -17,20 +20,27 @@ import csv
 import ipaddress
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from controller.advisor import AdvisorParams, Demand, LinkState, advise, changed
+from controller.paths import FlowKey, PathScheduler
+from controller.routing import Route
 from controller.telemetry import Collector, TelemetrySnapshot
 from topologies.addressing import AddressPlan
 from topologies.spec import LinkId, Topology, egress_link, nic_link
 from wire import runfiles
+from wire.p4info import P4Schema
+from wire.proto import p4r
 
 log = logging.getLogger("controller.advice")
 T = TypeVar("T")
 
-MODES = ("none", "ecn", "advice", "bbr")
+MODES = ("none", "ecn", "advice", "bbr", "paths")
+ADVISED = ("advice", "paths")  # the modes in which hosts get rate advice
+PinWriter = Callable[[dict[str, list[p4r.Update]]], None]
 FLOW_TIMEOUT_S = 1.0  # a flow without INT reports for this long is over
 SUBSCRIBER_QUEUE = 4096
 IDLE_WAKE_S = 0.1  # with nothing changing, the loop still looks this often (expiring flows, refreshes)
@@ -77,6 +87,11 @@ class AdviceLoop:
         self.capacity: dict[LinkId, float] = topo.link_capacities_bps()
         self.full_capacity = dict(self.capacity)
         self.steps = 0  # decisions taken (each step() in mode advice that got past "nothing changed")
+        # Mode paths: the placement (its capacities are these, shrunk by failures) and where its
+        # flow_pin updates go (the controller writes them; by default nowhere).
+        self.paths = PathScheduler(topo, plan, self.capacity)
+        self.on_pins: PinWriter = lambda updates: None
+        self.schema_of: Callable[[str], P4Schema] | None = None
         self._wake = asyncio.Event()  # set by the collector's change listener and by declarations
         # Set by declarations and mode changes only: they are rare and explicit, so they skip the
         # per-interval limit that keeps a stream of INT reports from spinning the loop.
@@ -137,9 +152,12 @@ class AdviceLoop:
         for queues in self.subscribers.values():
             for queue in queues:
                 _put(queue, ("mode", mode))
-        if mode != "advice":
+        if mode not in ADVISED:
             self._send({key: 0.0 for key in self.sent}, "clear")
             self.sent.clear()
+        if mode != "paths":
+            self._write_pins(clear=True)  # flows hash again
+            self.paths.clear()
         self._inputs_seen = None  # decide afresh in the new mode
         self._wake.set()
         self._urgent.set()
@@ -158,7 +176,37 @@ class AdviceLoop:
         self._wake.set()
         self._urgent.set()
 
+    def set_routes(self, routes: dict[str, list[Route]], now: float | None = None) -> dict[str, list[p4r.Update]]:
+        """The routes the switches hold (at start, after a re-route). In mode paths, flows whose path
+        crossed a link that is gone are placed again at once: returns the pin updates, per switch,
+        for the caller to write with the routes (a pin overrides the route)."""
+        self.paths.set_routes(routes)
+        if self.mode != "paths" or self.schema_of is None:
+            return {}
+        now = time.monotonic() if now is None else now
+        snap = self.collector.snapshot()
+        self.paths.schedule(self.active_flows(now, snap), now, self.observed_links(snap))
+        return self.paths.pin_updates(self.schema_of)
+
+    def _write_pins(self, clear: bool = False) -> None:
+        if self.schema_of is None:
+            return
+        updates = self.paths.pin_updates(self.schema_of, clear)
+        if updates:
+            self.on_pins(updates)
+
     # ---- the loop -----------------------------------------------------------------------------
+    def active_flows(self, now: float, snap: TelemetrySnapshot) -> list[FlowKey]:
+        """Host flows INT saw carry data within FLOW_TIMEOUT_S (what mode paths places)."""
+        return [key for key, flow in snap.flows.items()
+                if now - flow.updated <= FLOW_TIMEOUT_S and flow.data_at is not None
+                and now - flow.data_at <= FLOW_TIMEOUT_S and key[0] in self.host_by_ip and key[1] in self.host_by_ip]
+
+    def observed_links(self, snap: TelemetrySnapshot) -> dict[FlowKey, tuple[LinkId, ...]]:
+        """The links INT saw each host flow take: its NIC, then every hop's egress port."""
+        return {key: (nic_link(self.host_by_ip[key[0]]),) + tuple(egress_link(sw, out) for sw, _, out in flow.hops)
+                for key, flow in snap.flows.items() if key[0] in self.host_by_ip}
+
     def demands(self, now: float, snap: TelemetrySnapshot) -> list[Demand]:
         pairs: dict[tuple[str, str], dict] = {}
         for (src, dst, _proto, _sport, _dport), flow in snap.flows.items():
@@ -174,6 +222,8 @@ class AdviceLoop:
             src, dst = key
             declared = self.declared.get(key)
             links = pairs[key]["links"] if key in pairs else self._edge_links(src, dst)
+            placed = self.paths.links_of(src, dst) if self.mode == "paths" else None
+            links = placed or links  # mode paths: the paths it gave the pair's flows, before INT shows them
             links = tuple(link for link in links if link in self.capacity)
             weight = declared.weight if declared else 1.0
             out.append(Demand(src, dst, links, weight, declared.cap_bps if declared else None))
@@ -195,9 +245,12 @@ class AdviceLoop:
     def step(self, now: float | None = None) -> dict[tuple[str, str], float]:
         """One decision if the inputs changed: returns what was sent."""
         now = time.monotonic() if now is None else now
-        if self.mode != "advice":
+        if self.mode not in ADVISED:
             return {}
         snap = self.collector.snapshot()
+        if self.mode == "paths":
+            self.paths.schedule(self.active_flows(now, snap), now, self.observed_links(snap))
+            self._write_pins()
         inputs = (snap.version, len(self.declared), tuple(sorted(self.declared)))
         refresh_due = [k for k, t in self.sent_at.items() if now - t > self.valid_ms / 2000]
         if inputs == self._inputs_seen and not refresh_due:

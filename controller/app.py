@@ -7,6 +7,7 @@
   members/groups (watch ports on every member) and ipv4_lpm routes; packet-in dispatch by reason;
   reconnect and reprogram a switch whose session dropped;
 - telemetry.py (`Collector`) and advice.py (`AdviceLoop`): INT into per-port state, and the advice;
+  paths.py (`PathScheduler`, mode paths): flows placed on paths, pinned (flow_pin; paths.csv);
 - healing.py (`Healer`): probes and carriers find failed links; re-route, re-plan, links.csv;
 - diagnosis.py (`Diagnoser`): the localiser and diagnosis.csv;
 - service.py: the advice API on the run directory's Unix socket; faults.py: injected loss.
@@ -35,6 +36,7 @@ from controller.healing import Healer
 from controller.localizer import Suspect
 from controller.options import ControllerOptions
 from controller.p4rt_client import SwitchError, SwitchSession
+from controller.paths import PATHS_HEADER, pin_row
 from controller.service import start_server
 from controller.sessions import Switches
 from controller.telemetry import Collector, HopLateness
@@ -45,6 +47,7 @@ from wire import runfiles
 from wire.cpu import REASON_INT_REPORT, REASON_PROBE
 from wire.fidelity import WINDOW_S, FidelityWindows, watch_loop_lag
 from wire.p4info import DEFAULT_P4INFO, P4Schema
+from wire.proto import p4r
 
 log = logging.getLogger("controller")
 
@@ -70,7 +73,14 @@ class Controller:
         self.loss = LinkLoss(self.topo)
         self.loop_lag = FidelityWindows(options.fidelity_file, "controller", "loop") if options.fidelity_file else None
         self.switches.routes_for = lambda name: self.healer.routes()[name]
-        self.switches.restore = self.loss.restore
+        self.switches.restore = lambda schema, name: (self.loss.restore(schema, name)
+                                                      + self.advice.paths.restore(schema, name))
+        self.advice.schema_of = self.switches.schema_of
+        self.pin_queue: asyncio.Queue[dict[str, list[p4r.Update]]] = asyncio.Queue()
+        self.advice.on_pins = self.pin_queue.put_nowait
+        self.pin_log = (run_dir / runfiles.PATHS).open("a")
+        if self.pin_log.tell() == 0:
+            self.pin_log.write(PATHS_HEADER)
         self.switches.handlers = {REASON_INT_REPORT: lambda name, packet: self.collector.feed(packet.payload),
                                   REASON_PROBE: self.healer.on_probe}
 
@@ -86,7 +96,9 @@ class Controller:
         return HopLateness({name: FidelityWindows(self.options.fidelity_file, name, "switch") for name in bmv2})
 
     async def start(self) -> None:
-        counts = await self.switches.start(self.healer.routes())
+        routes = self.healer.routes()
+        counts = await self.switches.start(routes)
+        self.advice.set_routes(routes)  # no flows yet: no pins
         (self.run_dir / runfiles.CONTROLLER_READY).write_text(json.dumps(counts))
 
     # ---- the API's fault channel (controller/service.py's Faults) -------------------------------------------
@@ -110,6 +122,23 @@ class Controller:
     def report_steps(self, report: pb.StepReport) -> int:
         return self.diagnoser.report_steps(report)
 
+    async def _write_pins(self) -> None:
+        """Mode paths' flow_pin updates, batch by batch in the order decided (each batch: its
+        switches at once); one paths.csv row per update written."""
+        while True:
+            updates = await self.pin_queue.get()
+            names = [n for n in updates if n in self.sessions]
+            results = await asyncio.gather(*(self.sessions[n].write(updates[n]) for n in names),
+                                           return_exceptions=True)
+            wall = time.time()
+            for name, result in zip(names, results, strict=True):
+                if isinstance(result, BaseException):
+                    log.error("%s: flow_pin write failed: %s", name, result)
+                    continue
+                for update in updates[name]:
+                    self.pin_log.write(pin_row(wall, name, self.sessions[name].schema, update))
+            self.pin_log.flush()
+
     async def _age_telemetry(self) -> None:
         ticks = 0
         while not self.stopping.is_set():
@@ -126,6 +155,7 @@ class Controller:
         await self.start()
         tasks = [asyncio.create_task(self.switches.watch(n)) for n in self.sessions]
         tasks.append(asyncio.create_task(self._age_telemetry()))
+        tasks.append(asyncio.create_task(self._write_pins()))
         tasks.append(asyncio.create_task(self.advice.run(self.stopping)))
         tasks += self.healer.tasks()
         tasks.append(asyncio.create_task(self.diagnoser.run()))
@@ -142,6 +172,7 @@ class Controller:
         self.advice.close()
         self.healer.close()
         self.diagnoser.close()
+        self.pin_log.close()
 
 
 def main(argv: list[str] | None = None) -> int:

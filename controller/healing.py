@@ -1,7 +1,8 @@
 """Self-healing: every fabric link watched by its ports' carrier (netlink, controller/portstatus.py)
 and by probes out of every fabric port (controller/links.py); a link that fails or comes back
-re-routes the fabric (only the route entries that change are written), re-plans the advice for the
-capacity that is left, and adds one row per changed link to links.csv."""
+re-routes the fabric (only the route entries that change are written; in mode paths, with them the
+pins of the flows that crossed the failed link, placed again), re-plans the advice for the capacity
+that is left, and adds one row per changed link to links.csv."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import logging
 import time
 from pathlib import Path
 
-from controller.advice import AdviceLoop
+from controller.advice import ADVISED, AdviceLoop
 from controller.links import Change, LinkMonitor, parse_probe, probe_frame
 from controller.options import ControllerOptions
 from controller.portstatus import watch_ports
@@ -121,7 +122,8 @@ class Healer:
         self.down = self.monitor.down()
         routes = self.routes()
         sessions, state = self.switches.sessions, self.switches.route_state
-        writes = {name: route_updates(sessions[name].schema, routes[name], state[name])
+        pins = self.advice.set_routes(routes)  # mode paths: flows off the failed link, with the routes
+        writes = {name: route_updates(sessions[name].schema, routes[name], state[name]) + pins.get(name, [])
                   for name in sessions if name in state}
         results = await asyncio.gather(*(sessions[n].write(u) for n, u in writes.items() if u),
                                        return_exceptions=True)
@@ -147,7 +149,7 @@ class Healer:
         steps = self.advice.steps
         for change in changes:
             self.advice.set_links(list(change.ends), change.up)
-        if self.advice.mode != "advice":
+        if self.advice.mode not in ADVISED:
             return None
         deadline = time.monotonic() + 1.0
         while self.advice.steps == steps and time.monotonic() < deadline:
