@@ -42,6 +42,7 @@ MODES = ("none", "ecn", "advice", "bbr", "paths")
 ADVISED = ("advice", "paths")  # the modes in which hosts get rate advice
 PinWriter = Callable[[dict[str, list[p4r.Update]]], None]
 FLOW_TIMEOUT_S = 1.0  # a flow without INT reports for this long is over
+ELEPHANT_REPORTS = 3  # mode paths places a flow once this many of its INT reports carried data
 SUBSCRIBER_QUEUE = 4096
 IDLE_WAKE_S = 0.1  # with nothing changing, the loop still looks this often (expiring flows, refreshes)
 DEFAULT_PARAMS = AdvisorParams()
@@ -197,10 +198,13 @@ class AdviceLoop:
 
     # ---- the loop -----------------------------------------------------------------------------
     def active_flows(self, now: float, snap: TelemetrySnapshot) -> list[FlowKey]:
-        """Host flows INT saw carry data within FLOW_TIMEOUT_S (what mode paths places)."""
+        """Host flows INT saw carry data within FLOW_TIMEOUT_S, in ELEPHANT_REPORTS reports or more:
+        what mode paths places (Hedera places elephants only; a control connection's few packets
+        would take a path's share from a transfer)."""
         return [key for key, flow in snap.flows.items()
                 if now - flow.updated <= FLOW_TIMEOUT_S and flow.data_at is not None
-                and now - flow.data_at <= FLOW_TIMEOUT_S and key[0] in self.host_by_ip and key[1] in self.host_by_ip]
+                and now - flow.data_at <= FLOW_TIMEOUT_S and flow.data_reports >= ELEPHANT_REPORTS
+                and key[0] in self.host_by_ip and key[1] in self.host_by_ip]
 
     def observed_links(self, snap: TelemetrySnapshot) -> dict[FlowKey, tuple[LinkId, ...]]:
         """The links INT saw each host flow take: its NIC, then every hop's egress port."""

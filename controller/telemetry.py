@@ -84,11 +84,14 @@ class PortView:
 class FlowPath:
     """The last path a flow's INT showed: (switch, ingress port, egress port) from source to sink;
     data_at: when a reported packet of it last carried payload (None: only pure ACKs so far — the
-    reverse direction of a TCP transfer is a flow to INT, but no demand)."""
+    reverse direction of a TCP transfer is a flow to INT, but no demand); data_reports: how many of
+    its reports carried payload (a flow that keeps sending is reported again every 10 ms or so; a
+    short exchange, such as a control connection's, once or twice)."""
 
     hops: tuple[tuple[str, int, int], ...]
     updated: float
     data_at: float | None = None
+    data_reports: int = 0
 
 
 FlowKey = tuple[str, str, int, int, int]  # src ip, dst ip, IP protocol, src port, dst port
@@ -192,8 +195,10 @@ class Collector:
             if self.lateness is not None:
                 self.lateness.hop(switch, hop, wall)
         previous = self._flows.get(flow)
-        data_at = now if payload_bytes(frame) > 0 else (previous.data_at if previous else None)
-        self._flows[flow] = FlowPath(tuple(reversed(path)), now, data_at)
+        data = payload_bytes(frame) > 0
+        data_at = now if data else (previous.data_at if previous else None)
+        self._flows[flow] = FlowPath(tuple(reversed(path)), now, data_at,
+                                     (previous.data_reports if previous else 0) + data)
         if self._flow_file is not None and data_at is not None and (previous is None or previous.data_at is None):
             csv.writer(self._flow_file).writerow([f"{wall:.6f}", *flow, " ".join(p[0] for p in reversed(path)),
                                                   stack.hops[-1].egress_ts_us, stack.hops[0].egress_ts_us])

@@ -102,7 +102,7 @@ class FabricCommands(Commands):
             self.stdout.write(f"  {src:>4} -> {dst:<4} {rate}  epoch {e.epoch}  ({e.age_s:.1f} s ago)\n")
 
     def do_mode(self, line: str) -> None:
-        """mode [none|ecn|advice|bbr]: show or switch the control mode of the running testbed (ecn and bbr
+        """mode [none|ecn|advice|bbr|paths]: show or switch the control mode of the running testbed (ecn and bbr
         apply to TCP connections opened after the switch)."""
         mode = line.strip()
         try:
