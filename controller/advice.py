@@ -8,9 +8,11 @@ host only what changed (plus a refresh before advice would expire), and logs eve
 ``advice.csv`` in the run directory. It reads the collector only through its snapshots. Modes:
 ``none``, ``ecn`` and ``bbr`` send no advice (hosts run at line rate with cubic; in ``ecn`` their
 TCP negotiates ECN; in ``bbr`` it is BBR: hostagent/tcpsettings.py), ``advice`` runs this loop,
-and ``paths`` runs it over the placement of controller/paths.py: each decision first places the
-active flows on paths (pinned in the switches by the flow_pin updates it hands to ``on_pins``), then
-rates every host pair over the paths its flows were given.
+``paths`` runs it over the placement of controller/paths.py: each decision first places the
+active flows on paths (pinned in the switches by the flow_pin updates it hands to ``on_writes``),
+then rates every host pair over the paths its flows were given; ``flowlet`` sends no advice and turns
+the switches' flowlet switching on (flowlet_config: a flow's packets more than `flowlet_gap_us`
+apart are hashed afresh, LetFlow's in-network answer to the same problem).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from controller import entities as ent
 from controller.advisor import AdvisorParams, Demand, LinkState, advise, changed
 from controller.paths import FlowKey, PathScheduler
 from controller.routing import Route
@@ -38,9 +41,10 @@ from wire.proto import p4r
 log = logging.getLogger("controller.advice")
 T = TypeVar("T")
 
-MODES = ("none", "ecn", "advice", "bbr", "paths")
+MODES = ("none", "ecn", "advice", "bbr", "paths", "flowlet")
 ADVISED = ("advice", "paths")  # the modes in which hosts get rate advice
-PinWriter = Callable[[dict[str, list[p4r.Update]]], None]
+FabricWriter = Callable[[dict[str, list[p4r.Update]]], None]
+FLOWLET_GAP_US = 5000  # default flowlet gap: a few of the fabric's RTTs (~1-2 ms at 20 Mbit/s, with queues)
 FLOW_TIMEOUT_S = 1.0  # a flow without INT reports for this long is over
 ELEPHANT_REPORTS = 3  # mode paths places a flow once this many of its INT reports carried data
 SUBSCRIBER_QUEUE = 4096
@@ -63,7 +67,7 @@ class Declared:
 class AdviceLoop:
     def __init__(self, topo: Topology, plan: AddressPlan, collector: Collector, run_dir: Path,
                  mode: str = "none", params: AdvisorParams = DEFAULT_PARAMS, interval_s: float = 0.001,
-                 valid_ms: int = 2000) -> None:
+                 valid_ms: int = 2000, flowlet_gap_us: int = FLOWLET_GAP_US) -> None:
         if mode not in MODES:
             raise AdviceError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
         self.topo, self.plan, self.collector = topo, plan, collector
@@ -91,7 +95,8 @@ class AdviceLoop:
         # Mode paths: the placement (its capacities are these, shrunk by failures) and where its
         # flow_pin updates go (the controller writes them; by default nowhere).
         self.paths = PathScheduler(topo, plan, self.capacity)
-        self.on_pins: PinWriter = lambda updates: None
+        self.on_writes: FabricWriter = lambda updates: None
+        self.flowlet_gap_us = flowlet_gap_us
         self.schema_of: Callable[[str], P4Schema] | None = None
         self._wake = asyncio.Event()  # set by the collector's change listener and by declarations
         # Set by declarations and mode changes only: they are rare and explicit, so they skip the
@@ -148,6 +153,7 @@ class AdviceLoop:
             raise AdviceError(f"ModeRequest.mode: {mode!r} is not one of {', '.join(MODES)}")
         if mode == self.mode:
             return
+        flowlet_changed = "flowlet" in (mode, self.mode)
         self.mode = mode
         log.info("mode %s", mode)
         for queues in self.subscribers.values():
@@ -159,6 +165,8 @@ class AdviceLoop:
         if mode != "paths":
             self._write_pins(clear=True)  # flows hash again
             self.paths.clear()
+        if flowlet_changed and self.schema_of is not None:
+            self.on_writes({s.name: [self.flowlet_update(self.schema_of(s.name))] for s in self.topo.switches})
         self._inputs_seen = None  # decide afresh in the new mode
         self._wake.set()
         self._urgent.set()
@@ -194,7 +202,17 @@ class AdviceLoop:
             return
         updates = self.paths.pin_updates(self.schema_of, clear)
         if updates:
-            self.on_pins(updates)
+            self.on_writes(updates)
+
+    def flowlet_update(self, schema: P4Schema) -> p4r.Update:
+        """flowlet_config for the mode in force: the gap in mode flowlet, else 0 (off)."""
+        gap = self.flowlet_gap_us if self.mode == "flowlet" else 0
+        return ent.modify(ent.default_entry(schema, "StarIngress.flowlet_config",
+                                            ent.action(schema, "StarIngress.set_flowlet_gap", gap_us=gap)))
+
+    def restore(self, schema: P4Schema, switch: str) -> list[p4r.Update]:
+        """What a switch programmed afresh gets from the mode: its pins, flowlet switching."""
+        return [*self.paths.restore(schema, switch), self.flowlet_update(schema)]
 
     # ---- the loop -----------------------------------------------------------------------------
     def active_flows(self, now: float, snap: TelemetrySnapshot) -> list[FlowKey]:

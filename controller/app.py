@@ -36,7 +36,7 @@ from controller.healing import Healer
 from controller.localizer import Suspect
 from controller.options import ControllerOptions
 from controller.p4rt_client import SwitchError, SwitchSession
-from controller.paths import PATHS_HEADER, pin_row
+from controller.paths import FLOW_PIN, PATHS_HEADER, pin_row
 from controller.service import start_server
 from controller.sessions import Switches
 from controller.telemetry import Collector, HopLateness
@@ -66,18 +66,17 @@ class Controller:
                                    flow_log=run_dir / runfiles.INT_FLOWS)
         self.advice = AdviceLoop(self.topo, self.plan, self.collector, run_dir, options.mode,
                                  AdvisorParams(eta=options.eta, drain_s=options.drain_s, queue_allowance_pkts=2),
-                                 options.interval_s)
+                                 options.interval_s, flowlet_gap_us=options.flowlet_gap_us)
         self.healer = Healer(run_dir, self.topo, self.plan, self.switches, self.advice, options)
         self.diagnoser = Diagnoser(run_dir, self.topo, self.switches, self.collector, self.advice.host_by_ip,
                                    lambda: self.healer.down)
         self.loss = LinkLoss(self.topo)
         self.loop_lag = FidelityWindows(options.fidelity_file, "controller", "loop") if options.fidelity_file else None
         self.switches.routes_for = lambda name: self.healer.routes()[name]
-        self.switches.restore = lambda schema, name: (self.loss.restore(schema, name)
-                                                      + self.advice.paths.restore(schema, name))
+        self.switches.restore = lambda schema, name: self.loss.restore(schema, name) + self.advice.restore(schema, name)
         self.advice.schema_of = self.switches.schema_of
         self.pin_queue: asyncio.Queue[dict[str, list[p4r.Update]]] = asyncio.Queue()
-        self.advice.on_pins = self.pin_queue.put_nowait
+        self.advice.on_writes = self.pin_queue.put_nowait
         self.pin_log = (run_dir / runfiles.PATHS).open("a")
         if self.pin_log.tell() == 0:
             self.pin_log.write(PATHS_HEADER)
@@ -123,8 +122,8 @@ class Controller:
         return self.diagnoser.report_steps(report)
 
     async def _write_pins(self) -> None:
-        """Mode paths' flow_pin updates, batch by batch in the order decided (each batch: its
-        switches at once); one paths.csv row per update written."""
+        """The modes' writes (flow_pin, flowlet_config), batch by batch in the order decided (each
+        batch: its switches at once); one paths.csv row per flow_pin update written."""
         while True:
             updates = await self.pin_queue.get()
             names = [n for n in updates if n in self.sessions]
@@ -135,8 +134,10 @@ class Controller:
                 if isinstance(result, BaseException):
                     log.error("%s: flow_pin write failed: %s", name, result)
                     continue
+                schema = self.sessions[name].schema
                 for update in updates[name]:
-                    self.pin_log.write(pin_row(wall, name, self.sessions[name].schema, update))
+                    if update.entity.table_entry.table_id == schema.id_of(FLOW_PIN):
+                        self.pin_log.write(pin_row(wall, name, schema, update))
             self.pin_log.flush()
 
     async def _age_telemetry(self) -> None:

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.advice import MODES
+from controller.advice import FLOWLET_GAP_US, MODES
 from controller.program import INT_SAMPLE_LOG2
 from wire.intmd import DSCP_INT
 
@@ -17,6 +17,7 @@ class ControllerOptions:
     int_dscp: int = DSCP_INT  # the DSCP that marks INT: what sources mark and the parsers take as INT
     mode: str = "none"  # none | ecn | advice | bbr at start
     interval_s: float = 0.001  # advice loop period
+    flowlet_gap_us: int = FLOWLET_GAP_US  # mode flowlet: packets further apart start a new flowlet
     eta: float = 0.95  # target utilisation of every link
     drain_s: float = 0.1  # horizon to drain a standing queue
     fidelity_file: Path | None = None  # event-loop lag and BMv2 switches' lateness (from INT); None: not measured
@@ -33,6 +34,9 @@ class ControllerOptions:
                                  "should not use it (README: INT and DSCP)")
         parser.add_argument("--mode", default="none", choices=MODES, help="control mode at start")
         parser.add_argument("--interval-ms", type=float, default=1.0, help="advice loop period (ms)")
+        parser.add_argument("--flowlet-gap-ms", type=float, default=FLOWLET_GAP_US / 1000,
+                            help="mode flowlet: a flow's packets further apart than this start a new flowlet "
+                                 "(default %(default)s)")
         parser.add_argument("--eta", type=float, default=0.95, help="target utilisation of every link")
         parser.add_argument("--drain-ms", type=float, default=100.0, help="horizon to drain a standing queue (ms)")
         parser.add_argument("--probe-ms", type=float, default=50.0,
@@ -48,8 +52,11 @@ class ControllerOptions:
         """The options the parsed command line gives; ValueError naming the wrong one."""
         if args.probe_ms < 0 or args.probe_misses < 1 or args.hold_down_ms < 0:
             raise ValueError("--probe-ms and --hold-down-ms must be >= 0, --probe-misses >= 1")
+        if not 0 < args.flowlet_gap_ms <= 4e6:
+            raise ValueError("--flowlet-gap-ms must be above 0 (and fit 32 bits of µs)")
         return cls(int_sample_log2=None if args.int_sample_log2 < 0 else args.int_sample_log2,
                    int_dscp=args.int_dscp, mode=args.mode,
-                   interval_s=args.interval_ms / 1000, eta=args.eta, drain_s=args.drain_ms / 1000,
+                   interval_s=args.interval_ms / 1000, flowlet_gap_us=int(args.flowlet_gap_ms * 1000),
+                   eta=args.eta, drain_s=args.drain_ms / 1000,
                    fidelity_file=args.fidelity_file, probe_s=args.probe_ms / 1000, probe_misses=args.probe_misses,
                    hold_down_s=args.hold_down_ms / 1000)

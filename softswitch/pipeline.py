@@ -29,6 +29,7 @@ from wire.intmd import DSCP_INT, IntFormatError, insert_source_header, int_offse
 
 IPV4_LPM = "StarIngress.ipv4_lpm"
 FLOW_PIN = "StarIngress.flow_pin"
+FLOWLET_CONFIG = "StarIngress.flowlet_config"
 ECMP_SELECTOR = "StarIngress.ecmp_selector"
 PORT_ROLE = "StarIngress.port_role"
 FAULT_INJECT = "StarIngress.fault_inject"
@@ -48,6 +49,7 @@ FAULT_DROP = "StarIngress.fault_drop"
 FAULT_DROP_PROB = "StarIngress.fault_drop_prob"
 SET_PORT_CONFIG = "StarEgress.set_port_config"
 SET_NODE_ID = "StarEgress.set_node_id"
+SET_FLOWLET_GAP = "StarIngress.set_flowlet_gap"
 
 _PROBE = ETHERTYPE_PROBE.to_bytes(2, "big")
 
@@ -89,6 +91,7 @@ class PipelineSnapshot:
     selector: ActionProfileState
     egress: EgressConfig
     int_tos: bytes = bytes(256)  # per IPv4 TOS byte: 1 when its DSCP is in the value set int_dscp
+    flowlet_gap_s: float = 0.0  # flowlet_config's gap (0: flowlet switching off)
     flow_cache: dict[tuple, FlowResult] = field(default_factory=dict)
 
 
@@ -120,6 +123,9 @@ class Pipeline:
         # starnet.p4's register int_flow_seen: per flow slot, the signature of the last watched
         # flow that carried payload through this source (0: none).
         self.int_flow_seen = [0] * REPORT_FLOW_SLOTS
+        # starnet.p4's registers flowlet_last_us and flowlet_ids (the monotonic clock here).
+        self.flowlet_last = [float("-inf")] * REPORT_FLOW_SLOTS
+        self.flowlet_ids = [0] * REPORT_FLOW_SLOTS
         # Frames fault_inject dropped per ingress port, since start: in starnet.p4 they are lost
         # before port_rx counts (a link's loss), so the data plane takes them off its rx counts.
         self.lost_on_link: dict[int, list[int]] = {}  # port → [packets, bytes]
@@ -164,6 +170,7 @@ class Pipeline:
         port_configs = {values[0]: entry.action.args for values, entry in port_config.exact_index.items()
                         if entry.action is not None and entry.action.action_id == set_port_config_id}
         node = state.table_by_name(INT_NODE).default_action
+        flowlet = state.table_by_name(FLOWLET_CONFIG).default_action
         session = state.clone_sessions.get(REPORT_SESSION)
         egress = EgressConfig(
             node_id=node.args[0] if node.action_id == ids(SET_NODE_ID) else 0,
@@ -178,7 +185,8 @@ class Pipeline:
             state.table_by_name(IPV4_LPM), state.table_by_name(PORT_ROLE), state.table_by_name(FAULT_INJECT),
             state.table_by_name(INT_SOURCE), state.table_by_name(INT_SINK), state.table_by_name(FLOW_PIN),
             state.profile_by_name(ECMP_SELECTOR),
-            egress, bytes(int(tos >> 2 in int_dscps) for tos in range(256)))
+            egress, bytes(int(tos >> 2 in int_dscps) for tos in range(256)),
+            flowlet.args[0] / 1e6 if flowlet.action_id == ids(SET_FLOWLET_GAP) else 0.0)
         self.int_engine.config = egress
         self.snapshot = snapshot  # published: the next frame uses it
 
@@ -230,8 +238,11 @@ class Pipeline:
         if result is None:
             if len(cache) >= FLOW_CACHE_MAX:
                 cache.clear()
-            result = cache[key] = (*self.walk_tables(in_port, key[1], key[2][:8], key[2][8:], snap),
-                                   flow_ids(key[2], key[1]))
+            ids = flow_ids(key[2], key[1])
+            result = cache[key] = (*self.walk_tables(in_port, key[1], key[2][:8], key[2][8:], snap,
+                                                     self.flowlet_ids[ids[0]] if snap.flowlet_gap_s else 0), ids)
+        if snap.flowlet_gap_s and (key[1] == 6 or key[1] == 17):
+            result = self._flowlet(key, result, in_port, snap, time.monotonic() if now is None else now)
         port, macs, drop_prob, sample_log2, sink, flow = result
         if drop_prob and self.rng.random() < drop_prob:
             self.count_drop("fault", in_port, len(frame))
@@ -302,6 +313,19 @@ class Pipeline:
         return port, IntPending(insert_source_header(out, int_off, snap.egress.int_dscp), in_port, int_off, sink,
                                      now, slot)
 
+    def _flowlet(self, key: tuple, result: FlowResult, in_port: int, snap: PipelineSnapshot,
+                 now: float) -> FlowResult:
+        """starnet.p4's flowlet switching: a packet more than the gap after its flow slot's last
+        starts a new flowlet, walked (and cached) with the new flowlet number in the ECMP hash."""
+        slot = result[5][0]
+        last, self.flowlet_last[slot] = self.flowlet_last[slot], now
+        if now - last <= snap.flowlet_gap_s:
+            return result
+        flowlet = self.flowlet_ids[slot] = (self.flowlet_ids[slot] + 1) & 0xFFFF
+        snap.flow_cache[key] = result = (*self.walk_tables(in_port, key[1], key[2][:8], key[2][8:], snap, flowlet),
+                                         result[5])
+        return result
+
     def _unusual_key(self, frame: bytes, in_port: int) -> tuple[int, int, bytes] | None:
         """Flow key of a frame off the fast path (IPv4 options, short frames); None if dropped."""
         n = len(frame)
@@ -366,8 +390,9 @@ class Pipeline:
 
     # ---- the table walk (cache miss) ---------------------------------------------------------
     def walk_tables(self, in_port: int, proto: int, addrs: bytes, l4_ports: bytes,
-                    snap: PipelineSnapshot | None = None) -> TableResult:
-        """The ingress tables for one flow, in `snap` (default: the snapshot in force)."""
+                    snap: PipelineSnapshot | None = None, flowlet: int = 0) -> TableResult:
+        """The ingress tables for one flow, in `snap` (default: the snapshot in force); `flowlet`:
+        its flowlet number, an ECMP hash key (0: flowlet switching off)."""
         snap = snap or self.snapshot
         src, dst = _IPV4_ADDRS.unpack(addrs)
         sport, dport = _L4_PORTS.unpack(l4_ports) if l4_ports else (0, 0)
@@ -382,7 +407,8 @@ class Pipeline:
         elif entry.action is not None:
             action = entry.action
         else:
-            action = self._select(snap.selector, entry.member_id, entry.group_id, (src, dst, proto, sport, dport))
+            action = self._select(snap.selector, entry.member_id, entry.group_id, (src, dst, proto, sport, dport),
+                                  flowlet)
             if action is None:
                 return DROPPED, "no_live_member", drop_prob, -1, False
         if action.action_id != snap.set_nhop_id:
@@ -400,7 +426,7 @@ class Pipeline:
         return port, mac_bytes(dmac) + mac_bytes(smac), drop_prob, sample_log2, sink
 
     def _select(self, selector: ActionProfileState, member_id: int | None, group_id: int | None,
-                five_tuple: tuple[int, int, int, int, int]) -> ActionCall | None:
+                five_tuple: tuple[int, int, int, int, int], flowlet: int = 0) -> ActionCall | None:
         members = selector.members
         if member_id is not None:
             found = members.get(member_id)
@@ -415,14 +441,16 @@ class Pipeline:
             live.extend([m.member_id] * m.weight)
         if not live:
             return None
-        chosen = live[ecmp_hash(five_tuple) % len(live)]
+        chosen = live[ecmp_hash(five_tuple, flowlet) % len(live)]
         found = members.get(chosen)
         return found[0] if found else None
 
 
-def ecmp_hash(five_tuple: tuple[int, int, int, int, int]) -> int:
-    """Selector hash over (src, dst, proto, sport, dport), CRC-32 of their network-order bytes."""
-    return zlib.crc32(_FIVE_TUPLE.pack(*five_tuple))
+def ecmp_hash(five_tuple: tuple[int, int, int, int, int], flowlet: int = 0) -> int:
+    """Selector hash over (src, dst, proto, sport, dport) and the flowlet number (when not 0),
+    CRC-32 of their network-order bytes."""
+    packed = _FIVE_TUPLE.pack(*five_tuple)
+    return zlib.crc32(packed + flowlet.to_bytes(2, "big") if flowlet else packed)
 
 
 def mark_ce(frame: bytearray) -> bool:

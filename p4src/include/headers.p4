@@ -204,6 +204,8 @@ struct metadata_t {
     @field_list(1)
     bit<16> orig_egress_port;
     bit<32> flow_slot;
+    bit<32> flowlet_gap_us;  // flowlet_config: 0 = flowlet switching off
+    bit<16> flowlet_id;      // the packet's flowlet (a selector key of ipv4_lpm; 0 when off)
     bit<32> capacity_mbps;
     bit<19> ecn_threshold_pkts;
 }

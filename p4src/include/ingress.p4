@@ -19,6 +19,11 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
     // source: a flow whose signature is not there is new, and its first data packet starts INT, so
     // the controller learns of a new demand from its first packet instead of 1 in 2^sample_log2.
     register<bit<32>>(REPORT_FLOW_SLOTS) int_flow_seen;
+    // Flowlet switching (mode flowlet, LetFlow-style, NSDI'17): per flow slot, when its last packet
+    // passed (µs) and its flowlet number; a packet more than flowlet_gap_us after the last one starts
+    // a new flowlet, which the ECMP selector hashes afresh (meta.flowlet_id is one of its keys).
+    register<bit<48>>(REPORT_FLOW_SLOTS) flowlet_last_us;
+    register<bit<16>>(REPORT_FLOW_SLOTS) flowlet_ids;
 
     @max_group_size(16)
     action_selector(HashAlgorithm.crc32, 32w1024, 32w16) ecmp_selector;
@@ -57,6 +62,7 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
             hdr.ipv4.protocol: selector;
             meta.l4_src_port: selector;
             meta.l4_dst_port: selector;
+            meta.flowlet_id: selector;
         }
         actions = {
             set_nhop;
@@ -65,6 +71,21 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
         implementation = ecmp_selector;
         default_action = drop();
         size = 4096;
+    }
+
+    action set_flowlet_gap(bit<32> gap_us) {
+        meta.flowlet_gap_us = gap_us;
+    }
+
+    // Keyless: its default action, written by the controller, turns flowlet switching on (a gap
+    // above 0) or off (0, or never written).
+    table flowlet_config {
+        actions = {
+            set_flowlet_gap;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = 1;
     }
 
     // Path scheduling (controller/paths.py): one flow pinned to one next hop at a switch where its
@@ -207,6 +228,24 @@ control StarIngress(inout headers_t hdr, inout metadata_t meta,
         if (probe) {
             punt(REASON_PROBE);
             exit;
+        }
+        flowlet_config.apply();
+        if (meta.flowlet_gap_us != 0 && (hdr.tcp.isValid() || hdr.udp.isValid())) {
+            bit<32> flowlet_slot;
+            hash(flowlet_slot, HashAlgorithm.crc32, 32w0,
+                 { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src_port,
+                   meta.l4_dst_port },
+                 REPORT_FLOW_SLOTS);
+            bit<48> last_us;
+            bit<16> flowlet;
+            flowlet_last_us.read(last_us, flowlet_slot);
+            flowlet_ids.read(flowlet, flowlet_slot);
+            if (standard_metadata.ingress_global_timestamp - last_us > (bit<48>)meta.flowlet_gap_us) {
+                flowlet = flowlet + 1;
+                flowlet_ids.write(flowlet_slot, flowlet);
+            }
+            flowlet_last_us.write(flowlet_slot, standard_metadata.ingress_global_timestamp);
+            meta.flowlet_id = flowlet;
         }
         if (!flow_pin.apply().hit) {
             if (!ipv4_lpm.apply().hit) {

@@ -8,6 +8,7 @@ One switch, four ports, host ends in namespaces; programmed over P4Runtime:
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from scapy.layers.inet import IP, UDP
@@ -161,6 +162,36 @@ def test_flow_pin_holds_its_p4info_size_and_no_more(switch):
         assert "RESOURCE_EXHAUSTED" in str(caught.value)
     finally:
         switch.write([ent.delete(p) for p in pins])
+
+
+def flowlet_gap(h: SwitchHarness, gap_us: int) -> p4r.Update:
+    return ent.modify(ent.default_entry(h.schema, "StarIngress.flowlet_config",
+                                        ent.action(h.schema, "StarIngress.set_flowlet_gap", gap_us=gap_us)))
+
+
+def test_flowlets_of_one_flow_are_hashed_afresh_and_a_flowlet_stays_on_one_port(switch):
+    """Mode flowlet (LetFlow): with a 20 ms gap, each burst of one UDP flow, 100 ms after the last,
+    is a new flowlet: over 12 bursts the flow uses both ECMP ports, each burst one port only; with
+    the gap at 0 (off), every burst takes the flow's one hashed port."""
+    def bursts(sport: int) -> list[set[int]]:
+        seen = []
+        for _ in range(12):
+            switch.drain()
+            switch.send(1, udp("10.2.0.9", sport=sport), count=5)
+            got = switch.receive_many([2, 3], ours, count=5)
+            seen.append({port for port, frames in got.items() for _ in frames})
+            time.sleep(0.1)  # the stimulus: a gap longer than the flowlet gap
+        return seen
+
+    switch.write([flowlet_gap(switch, 20_000)])
+    try:
+        on = bursts(23000)
+    finally:
+        switch.write([flowlet_gap(switch, 0)])
+    assert all(len(ports) == 1 for ports in on), on  # a flowlet never splits
+    assert set().union(*on) == {2, 3}, on
+    off = bursts(23000)
+    assert len(set().union(*off)) == 1, off
 
 
 def test_member_whose_watch_port_is_down_gets_no_traffic(switch):

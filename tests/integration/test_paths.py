@@ -109,3 +109,21 @@ def test_a_cut_uplink_takes_its_pinned_flows_with_the_reroute(fabric):
         assert wait_until(moved, PIN_TIMEOUT_S), f"a flow is still pinned to port {used}: {pins(fabric, leaf)}"
     finally:
         fabric.set_link(leaf, spine, up=True)
+
+
+def test_mode_flowlet_turns_flowlet_switching_on_in_every_switch_and_off_again(fabric):
+    def gaps() -> set[int]:
+        schema = P4Schema.load()
+        query = p4r.Entity()
+        query.table_entry.table_id = schema.id_of("StarIngress.flowlet_config")
+        query.table_entry.is_default_action = True
+        switches = json.loads((fabric.run_dir / runfiles.SWITCHES).read_text())["switches"]
+        return {int.from_bytes(e.table_entry.action.action.params[0].value, "big")
+                for info in switches.values() for e in read(info["grpc"], info["device_id"], query)}
+    assert gaps() == {0}
+    fabric.set_mode("flowlet")
+    try:
+        assert wait_until(lambda: gaps() == {5000}, PIN_TIMEOUT_S), gaps()
+    finally:
+        fabric.set_mode("paths")
+    assert wait_until(lambda: gaps() == {0}, PIN_TIMEOUT_S), gaps()

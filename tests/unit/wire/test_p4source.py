@@ -22,14 +22,14 @@ def program():
 
 
 def test_program_declares_the_designed_pipeline(program):
-    assert {"StarIngress.port_role", "StarIngress.ipv4_lpm", "StarIngress.flow_pin", "StarIngress.int_source",
-            "StarIngress.int_sink",
-            "StarIngress.fault_inject", "StarEgress.port_config", "StarEgress.int_node"} == set(program.tables)
+    assert {"StarIngress.port_role", "StarIngress.ipv4_lpm", "StarIngress.flow_pin", "StarIngress.flowlet_config",
+            "StarIngress.int_source", "StarIngress.int_sink", "StarIngress.fault_inject", "StarEgress.port_config",
+            "StarEgress.int_node"} == set(program.tables)
     lpm = program.tables["StarIngress.ipv4_lpm"]
     assert lpm.implementation == "StarIngress.ecmp_selector"
     assert [k for k in lpm.keys if k[1] == "selector"] == [
         ("hdr.ipv4.src_addr", "selector"), ("hdr.ipv4.protocol", "selector"),
-        ("meta.l4_src_port", "selector"), ("meta.l4_dst_port", "selector")]
+        ("meta.l4_src_port", "selector"), ("meta.l4_dst_port", "selector"), ("meta.flowlet_id", "selector")]
 
 
 def test_drop_reasons_are_the_programs_counter_indexes(program):
