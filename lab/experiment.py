@@ -134,7 +134,7 @@ def run_mode(tb: Testbed, scenario: Scenario, mode: str, progress: Progress = _p
     t0 = tb.now() + 0.5
     rates.start()
     threads = [threading.Thread(target=_run_job, args=(job, record, view, start, scenario.seed, mode, tag, progress,
-                                                       job.port_base or PORT_BASE + PORT_RANGE * i),
+                                                       _port_base(job, i)),
                                 name=f"job-{job.name}", daemon=True)
                for i, (job, record) in enumerate(zip(scenario.jobs, records, strict=True))]
     applied: list[dict] = []
@@ -167,6 +167,13 @@ def run_mode(tb: Testbed, scenario: Scenario, mode: str, progress: Progress = _p
     return run
 
 
+def _port_base(job: JobSpecification, index: int) -> int:
+    """The ranks' first TCP port: the job's, the runner's fixed range for it, or 0 (ephemeral)."""
+    if job.ports != "fixed":
+        return 0
+    return job.port_base or PORT_BASE + PORT_RANGE * index
+
+
 def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: float, seed: int, mode: str,
              tag: str, progress: Progress, port_base: int) -> None:
     time.sleep(max(0.0, start + job.start_s - time.monotonic()))
@@ -191,6 +198,11 @@ def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: 
         else:
             if job.kind == "incast":
                 flows = schedule.incast(job.receiver, job.senders, job.size_bytes)
+            elif job.kind == "pattern":
+                places = {h: view.topo.edge_and_pod(h) for h in job.hosts}
+                flows = schedule.hedera(job.pattern, job.hosts, {h: e for h, (e, _) in places.items()},
+                                        {h: p for h, (_, p) in places.items()}, job.size_bytes, seed, job.stride,
+                                        job.p_edge, job.p_pod)
             else:
                 flows = schedule.background(job.hosts, job.seconds, job.load, view.link_mbps(job.hosts), seed)
             flow_outcome = run_flows(flows, view, name=name, kind=job.kind, progress=say)
@@ -201,6 +213,12 @@ def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: 
                               "fct_p99_ms": percentile(fct, 99),
                               "span_s": (max(f.ended for f in done) - min(f.started for f in done)) if done
                               else math.nan}
+            if job.kind == "pattern" and done:
+                # Hedera's figure: every flow's throughput against the non-blocking ideal (its NIC rate)
+                link_mbps = view.link_mbps(job.hosts)
+                shares = [f.goodput_mbps / link_mbps for f in done]
+                record.figures["ideal_share"] = sum(shares) / len(flow_outcome.flows)
+                record.figures["aggregate_mbps"] = sum(s * link_mbps for s in shares)
             record.workdir = str(flow_outcome.workdir)
             record.ok = len(done) == len(flow_outcome.flows)
             if not record.ok:

@@ -13,10 +13,14 @@
       queue_pkts: 64
     jobs:
       - {name: ar-a, kind: allreduce, hosts: [h1, h2, h5, h6], size: 2M, iters: 3, algo: ring, start_s: 0}
-        # port_base: the ranks' TCP ports (default: a fixed range per job, so every mode hashes
-        # the same flows onto the same ECMP paths)
+        # ports: ephemeral (default: the ranks' TCP ports are the kernel's, as Gloo's, MPI's and
+        # NCCL's are) | fixed (a range per job, so every mode hashes the same flows onto the same
+        # ECMP paths; port_base: N picks the range)
       - {name: burst, kind: incast, receiver: h5, senders: [h3, h4, h7], size: 1M, start_s: 2}
       - {name: bg, kind: background, hosts: all, load: 0.1, seconds: 10, start_s: 0}
+      - {name: perm, kind: pattern, pattern: random, size: 20M, start_s: 0}
+        # Hedera's patterns (NSDI'10), one long TCP flow per host: random (a permutation),
+        # stride (stride: i), staggered (p_edge: 0.5, p_pod: 0.3); hosts: all unless listed
     faults:
       - {at_s: 5, kind: link_down, link: [s3, s1]}        # both ends, a cut cable
       - {at_s: 9, kind: link_up, link: [s3, s1]}
@@ -45,9 +49,10 @@ from topologies.generators import GENERATORS
 from topologies.spec import Topology
 from wire.yamlfile import Fields, parse_yaml, read_file
 from workloads.allreduce.schedule import ALGORITHMS
+from workloads.flows.schedule import PATTERNS
 from workloads.hosts import parse_size
 
-JOB_KINDS = ("allreduce", "incast", "background")
+JOB_KINDS = ("allreduce", "incast", "background", "pattern")
 DATAPLANES = ("soft", "bmv2", "auto")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,7 +70,12 @@ class JobSpecification:
     size_bytes: int = 0  # allreduce message, incast bytes per sender
     iters: int = 3
     algo: str = "ring"
-    port_base: int = 0  # the ranks' TCP ports (0: the runner gives each all-reduce job its own fixed range)
+    port_base: int = 0  # the ranks' first TCP port with ports fixed (0: the runner gives each job its own range)
+    ports: str = "ephemeral"  # ephemeral | fixed
+    pattern: str = ""  # kind pattern: stride | staggered | random
+    stride: int = 1
+    p_edge: float = 0.5
+    p_pod: float = 0.3
     receiver: str = ""
     senders: list[str] = field(default_factory=list)
     load: float = 0.0
@@ -205,8 +215,9 @@ class _Reader(Fields):
         return topo
 
     def job(self, value: Any, where: str, topo: Topology, duration: float) -> JobSpecification:
-        kinds = {"allreduce": {"hosts", "size", "iters", "algo", "port_base"},
-                 "incast": {"receiver", "senders", "size"}, "background": {"hosts", "load", "seconds"}}
+        kinds = {"allreduce": {"hosts", "size", "iters", "algo", "port_base", "ports"},
+                 "incast": {"receiver", "senders", "size"}, "background": {"hosts", "load", "seconds"},
+                 "pattern": {"hosts", "pattern", "size", "stride", "p_edge", "p_pod"}}
         if not isinstance(value, dict):
             raise self.fail(where, f"must be a mapping, got {type(value).__name__}")
         kind = value.get("kind")
@@ -226,6 +237,11 @@ class _Reader(Fields):
             job.port_base = int(self.number(d.get("port_base", 0), f"{where}.port_base", 0, 65435, integer=True))
             if 0 < job.port_base < 1024:
                 raise self.fail(f"{where}.port_base", f"must be 0 or in 1024..65435, got {job.port_base}")
+            job.ports = d.get("ports", "fixed" if job.port_base else "ephemeral")
+            if job.ports not in ("ephemeral", "fixed"):
+                raise self.fail(f"{where}.ports", f"{job.ports!r} is not one of ephemeral, fixed")
+            if job.port_base and job.ports != "fixed":
+                raise self.fail(f"{where}.ports", "port_base gives fixed ports: ports must be fixed with it")
             job.algo = d.get("algo", "ring")
             if job.algo not in (*ALGORITHMS, "auto"):
                 raise self.fail(f"{where}.algo", f"{job.algo!r} is not one of {', '.join((*ALGORITHMS, 'auto'))}")
@@ -238,6 +254,18 @@ class _Reader(Fields):
             if receiver in job.senders:
                 raise self.fail(f"{where}.senders", f"the receiver {receiver} cannot also send")
             job.size_bytes = self.size(d.get("size", "1M"), f"{where}.size")
+        elif kind == "pattern":
+            job.hosts = self.hosts(d.get("hosts", "all"), f"{where}.hosts", topo, allow_all=True)
+            if len(job.hosts) < 2:
+                raise self.fail(f"{where}.hosts", "a pattern needs at least 2 hosts")
+            pattern = d.get("pattern")
+            if pattern not in PATTERNS:
+                raise self.fail(f"{where}.pattern", f"{pattern!r} is not one of {', '.join(PATTERNS)}")
+            job.pattern = pattern
+            job.size_bytes = self.size(d.get("size", "20M"), f"{where}.size")
+            job.stride = int(self.number(d.get("stride", 1), f"{where}.stride", 1, len(job.hosts) - 1, integer=True))
+            job.p_edge = float(self.number(d.get("p_edge", 0.5), f"{where}.p_edge", 0, 1))
+            job.p_pod = float(self.number(d.get("p_pod", 0.3), f"{where}.p_pod", 0, 1 - job.p_edge))
         else:
             job.hosts = self.hosts(d.get("hosts", "all"), f"{where}.hosts", topo, allow_all=True)
             if len(job.hosts) < 2:

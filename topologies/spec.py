@@ -116,6 +116,13 @@ class Topology:
         """The host's links, one per NIC, in port order (eth0 first)."""
         return sorted(self.links_of(host), key=lambda link: link.port_of(host))
 
+    def edge_and_pod(self, host: str) -> tuple[str, str]:
+        """The switch a one-NIC host hangs from (its edge) and its pod, named by the switches above
+        that edge (a fat-tree's pod shares its aggregation switches; a leaf-spine is one pod)."""
+        edge = self.host_link(host).other(host)
+        above = sorted(n for n, _ in self.neighbours(edge) if self.is_switch(n))
+        return edge, "+".join(above)
+
     def host_link(self, host: str) -> Link:
         """The link of a one-NIC host; TopologyError for a host with several (a part of the testbed
         that calls this addresses, routes or paces one NIC per host)."""

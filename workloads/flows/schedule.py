@@ -67,3 +67,45 @@ def background(hosts: list[str], seconds: float, load: float, link_mbps: float, 
             t += rng.expovariate(rate_per_s)
     flows.sort(key=lambda f: (f.start_s, f.src))
     return [Flow(i, f.src, f.dst, f.start_s, f.size_bytes) for i, f in enumerate(flows)]
+
+
+PATTERNS = ("stride", "staggered", "random")
+
+
+def hedera(pattern: str, hosts: list[str], edge_of: dict[str, str], pod_of: dict[str, str], size_bytes: int,
+           seed: int, stride: int = 1, p_edge: float = 0.5, p_pod: float = 0.3) -> list[Flow]:
+    """Hedera's traffic patterns (Al-Fares et al., NSDI'10 §6.1), one long flow of size_bytes from
+    every host, all at once: stride(i) — host x (in `hosts` order) sends to host x + i (mod n);
+    staggered(p_edge, p_pod) — to a host under its own edge switch with probability p_edge, in its
+    own pod (another edge) with p_pod, elsewhere with the rest; random — a random permutation in
+    which no host sends to itself. edge_of: host → its switch; pod_of: host → its pod."""
+    n = len(hosts)
+    if n < 2 or len(set(hosts)) != n:
+        raise ValueError("hosts: a pattern needs at least 2 distinct hosts")
+    if size_bytes < 1:
+        raise ValueError(f"size: must be >= 1 byte, got {size_bytes}")
+    rng = random.Random(seed)
+    if pattern == "stride":
+        if stride % n == 0:
+            raise ValueError(f"stride: {stride} is a multiple of the {n} hosts (every host would send to itself)")
+        dsts = [hosts[(i + stride) % n] for i in range(n)]
+    elif pattern == "staggered":
+        if not (0 <= p_edge <= 1 and 0 <= p_pod <= 1 and p_edge + p_pod <= 1):
+            raise ValueError(f"p_edge, p_pod: need 0 <= each and p_edge + p_pod <= 1, got {p_edge} and {p_pod}")
+        dsts = []
+        for src in hosts:
+            same_edge = [h for h in hosts if h != src and edge_of[h] == edge_of[src]]
+            same_pod = [h for h in hosts if pod_of[h] == pod_of[src] and edge_of[h] != edge_of[src]]
+            others = [h for h in hosts if pod_of[h] != pod_of[src]]
+            draw = rng.random()
+            choice = same_edge if draw < p_edge else same_pod if draw < p_edge + p_pod else others
+            dsts.append(rng.choice(choice or [h for h in hosts if h != src]))
+    elif pattern == "random":
+        while True:
+            dsts = hosts[:]
+            rng.shuffle(dsts)
+            if all(a != b for a, b in zip(hosts, dsts, strict=True)):
+                break
+    else:
+        raise ValueError(f"pattern: {pattern!r} is not one of {', '.join(PATTERNS)}")
+    return [Flow(i, src, dst, 0.0, size_bytes) for i, (src, dst) in enumerate(zip(hosts, dsts, strict=True))]

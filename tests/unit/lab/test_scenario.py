@@ -21,6 +21,8 @@ jobs:
   - {name: ar, kind: allreduce, hosts: [h1, h3], size: 64K, iters: 2}
   - {name: inc, kind: incast, receiver: h3, senders: [h1, h2], size: 128K, start_s: 1}
   - {name: bg, kind: background, hosts: all, load: 0.1, seconds: 5}
+  - {name: pat, kind: pattern, pattern: staggered, p_edge: 0.4, p_pod: 0.2, size: 2M}
+  - {name: fixed, kind: allreduce, hosts: [h2, h4], size: 64K, ports: fixed}
 faults:
   - {at_s: 2, kind: link_down, link: [s3, s1]}
   - {at_s: 4, kind: loss, link: [s1, s4], percent: 2.5}
@@ -39,7 +41,11 @@ def test_every_experiment_file_parses(path):
 
 def test_a_good_file_reads_as_written():
     s = parse_scenario(GOOD)
-    assert [j.name for j in s.jobs] == ["ar", "inc", "bg"]
+    assert [j.name for j in s.jobs] == ["ar", "inc", "bg", "pat", "fixed"]
+    assert (s.jobs[0].ports, s.jobs[4].ports) == ("ephemeral", "fixed")  # ephemeral unless asked
+    assert (s.jobs[3].pattern, s.jobs[3].p_edge, s.jobs[3].p_pod, s.jobs[3].size_bytes) == ("staggered", 0.4, 0.2,
+                                                                                           2 << 20)
+    assert s.jobs[3].hosts == ["h1", "h2", "h3", "h4"]
     assert s.jobs[0].size_bytes == 64 << 10 and s.jobs[2].hosts == ["h1", "h2", "h3", "h4"]
     assert {link.capacity_mbps for link in s.topology.links if s.topology.is_switch(link.a)
             and s.topology.is_switch(link.b)} == {10.0}
@@ -78,6 +84,10 @@ def test_a_good_file_reads_as_written():
     ("link: [s3, s1], mbps", "link: [h1, s3], mbps", r"faults\[3\]\.link: a rate is a switch port's"),
     ("name: leafspine", "name: torus", r"topology\.name: 'torus' is not one of"),
     ("size: 64K, iters", "size: 66, iters", r"jobs\[0\]\.size: must be a multiple of 4"),
+    ("pattern: staggered", "pattern: shuffle", r"jobs\[3\]\.pattern: 'shuffle' is not one of stride, staggered"),
+    ("p_pod: 0.2", "p_pod: 0.7", r"jobs\[3\]\.p_pod: must be in \[0, 0\.6\]"),
+    ("ports: fixed", "ports: random", r"jobs\[4\]\.ports: 'random' is not one of ephemeral, fixed"),
+    ("ports: fixed", "ports: ephemeral, port_base: 30000", r"jobs\[4\]\.ports: port_base gives fixed ports"),
 ])
 def test_bad_files_name_the_field(old, new, field):
     assert old in GOOD

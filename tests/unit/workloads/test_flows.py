@@ -9,7 +9,7 @@ import json
 import pytest
 
 from workloads.flows.job import run_flows
-from workloads.flows.schedule import background, incast, log_uniform_mean
+from workloads.flows.schedule import background, hedera, incast, log_uniform_mean
 from workloads.hosts import JobError
 
 HOSTS = ["a", "b", "c", "d"]
@@ -23,6 +23,29 @@ def test_incast_sends_from_every_sender_at_once_and_refuses_bad_lists():
                                 (["a"], 0, "size")):
         with pytest.raises(ValueError, match=what):
             incast("r", senders, size)
+
+
+def test_hederas_patterns_send_one_flow_from_every_host_where_the_pattern_says():
+    """On a k=4 fat-tree's layout (2 hosts per edge, 2 edges per pod, 4 pods)."""
+    hosts = [f"h{i}" for i in range(1, 17)]
+    edge = {h: f"e{(i - 1) // 2}" for i, h in enumerate(hosts, 1)}
+    pod = {h: f"p{(i - 1) // 4}" for i, h in enumerate(hosts, 1)}
+    stride = hedera("stride", hosts, edge, pod, 1000, seed=1, stride=4)
+    assert [(f.src, f.dst) for f in stride[:2]] == [("h1", "h5"), ("h2", "h6")] and stride[-1].dst == "h4"
+    perm = hedera("random", hosts, edge, pod, 1000, seed=3)
+    assert sorted(f.dst for f in perm) == sorted(hosts) and all(f.src != f.dst for f in perm)
+    assert perm == hedera("random", hosts, edge, pod, 1000, seed=3)  # a function of its seed
+    where = {"edge": 0, "pod": 0, "other": 0}
+    for seed in range(50):
+        for f in hedera("staggered", hosts, edge, pod, 1000, seed=seed, p_edge=0.5, p_pod=0.3):
+            assert f.src != f.dst and f.start_s == 0 and f.size_bytes == 1000
+            where["edge" if edge[f.src] == edge[f.dst] else "pod" if pod[f.src] == pod[f.dst] else "other"] += 1
+    # 800 draws: 0.5 / 0.3 / 0.2 ± 5 sd
+    assert abs(where["edge"] - 400) < 71 and abs(where["pod"] - 240) < 65 and abs(where["other"] - 160) < 57, where
+    with pytest.raises(ValueError, match="stride: 16 is a multiple"):
+        hedera("stride", hosts, edge, pod, 1000, seed=1, stride=16)
+    with pytest.raises(ValueError, match="pattern: 'ring' is not one of"):
+        hedera("ring", hosts, edge, pod, 1000, seed=1)
 
 
 def test_background_is_a_function_of_its_seed_and_offers_the_load_asked_for():
