@@ -47,6 +47,7 @@ FabricWriter = Callable[[dict[str, list[p4r.Update]]], None]
 FLOWLET_GAP_US = 5000  # default flowlet gap: a few of the fabric's RTTs (~1-2 ms at 20 Mbit/s, with queues)
 FLOW_TIMEOUT_S = 1.0  # a flow without INT reports for this long is over
 ELEPHANT_REPORTS = 3  # mode paths places a flow once this many of its INT reports carried data
+PLACED_TIMEOUT_S = 3.0  # ... and forgets it this long after its last data
 SUBSCRIBER_QUEUE = 4096
 IDLE_WAKE_S = 0.1  # with nothing changing, the loop still looks this often (expiring flows, refreshes)
 DEFAULT_PARAMS = AdvisorParams()
@@ -218,11 +219,14 @@ class AdviceLoop:
     def active_flows(self, now: float, snap: TelemetrySnapshot) -> list[FlowKey]:
         """Host flows INT saw carry data within FLOW_TIMEOUT_S, in ELEPHANT_REPORTS reports or more:
         what mode paths places (Hedera places elephants only; a control connection's few packets
-        would take a path's share from a transfer)."""
+        would take a path's share from a transfer). A flow already placed keeps its place while it
+        carried data within PLACED_TIMEOUT_S: a TCP flow waiting out a retransmission timeout is
+        not over, and unpinned and pinned again it could come back on another path."""
+        placed = self.paths.placed
         return [key for key, flow in snap.flows.items()
-                if now - flow.updated <= FLOW_TIMEOUT_S and flow.data_at is not None
-                and now - flow.data_at <= FLOW_TIMEOUT_S and flow.data_reports >= ELEPHANT_REPORTS
-                and key[0] in self.host_by_ip and key[1] in self.host_by_ip]
+                if flow.data_at is not None and key[0] in self.host_by_ip and key[1] in self.host_by_ip
+                and ((now - flow.data_at <= FLOW_TIMEOUT_S and flow.data_reports >= ELEPHANT_REPORTS)
+                     or (key in placed and now - flow.data_at <= PLACED_TIMEOUT_S))]
 
     def observed_links(self, snap: TelemetrySnapshot) -> dict[FlowKey, tuple[LinkId, ...]]:
         """The links INT saw each host flow take: its NIC, then every hop's egress port."""

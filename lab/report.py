@@ -42,6 +42,10 @@ def first_table(result: ScenarioResult) -> str:
             rows.append((f"{job.name}: job completion time (s)", [r.elapsed_s for r in records], 1))
         elif job.kind == "incast":
             rows.append((f"{job.name}: incast completion (s)", [r.figures.get("span_s") for r in records], 2))
+        elif job.kind == "pattern":
+            shares = [r.figures.get("ideal_share") for r in records]
+            rows.append((f"{job.name}: share of the non-blocking ideal", shares, 2))
+            rows.append((f"{job.name}: flow completion p99 (ms)", [r.figures.get("fct_p99_ms") for r in records], 0))
         else:
             rows.append((f"{job.name}: flow completion p99 (ms)", [r.figures.get("fct_p99_ms") for r in records], 0))
     worst = [runs[m].worst_port() for m in modes]

@@ -5,17 +5,13 @@ the re-route (nothing is left pinned to its port, read back over P4Runtime)."""
 from __future__ import annotations
 
 import json
-import struct
 
 import pytest
 
-from controller.program import switch_program
-from controller.routing import compute_routes
 from emulation.net import Testbed
 from emulation.p4read import read
 from emulation.traffic import iperf3_rates, start_iperf3_server
-from softswitch.pipeline import Pipeline
-from softswitch.runtime_state import RuntimeState
+from lab.collisions import colliding_ports
 from tests.integration.helpers import wait_until
 from topologies import leafspine
 from wire import runfiles
@@ -33,23 +29,6 @@ PIN_TIMEOUT_S = 5.0
 def fabric():
     with Testbed(leafspine(spines=3), dataplane="soft", name="test-paths", mode="paths") as tb:
         yield tb
-
-
-def ecmp_uplink(tb: Testbed, src: str, dst: str, sport: int, dport: int) -> int:
-    """The uplink the source leaf's ECMP hash gives this TCP flow (its program, run here)."""
-    leaf = tb.plan.hosts[src].switch
-    state = RuntimeState(P4Schema.load())
-    for update in switch_program(state.schema, tb.topo, tb.plan, leaf, compute_routes(tb.topo, tb.plan)[leaf]):
-        state.apply(update)
-    addrs = bytes(map(int, f"{tb.plan.hosts[src].ip}.{tb.plan.hosts[dst].ip}".split(".")))
-    return Pipeline(state).walk_tables(tb.plan.hosts[src].switch_port, 6, addrs, struct.pack("!HH", sport, dport))[0]
-
-
-def colliding_ports(tb: Testbed, a: tuple[str, str], b: tuple[str, str], base: int) -> tuple[int, int]:
-    """Source ports for flows a and b (to port 5201) that ECMP puts on the same uplink."""
-    uplink = ecmp_uplink(tb, *a, base, 5201)
-    sport = next(p for p in range(base + 1, base + 200) if ecmp_uplink(tb, *b, p, 5201) == uplink)
-    return base, sport
 
 
 def pins(tb: Testbed, switch: str) -> dict[tuple[int, int], int]:
@@ -78,7 +57,7 @@ def start_flows(tb: Testbed, flows: list[tuple[str, str, int]], seconds: float) 
 
 
 def test_an_ecmp_collision_is_resolved_by_pinning_one_flow_elsewhere(fabric):
-    a, b = colliding_ports(fabric, ("h1", "h5"), ("h2", "h6"), 40000)
+    a, b = colliding_ports(fabric.topo, ("h1", "h5"), ("h2", "h6"), 40000)
     files = start_flows(fabric, [("h1", "h5", a), ("h2", "h6", b)], SECONDS)
     leaf = fabric.plan.hosts["h1"].switch
 
@@ -95,7 +74,7 @@ def test_an_ecmp_collision_is_resolved_by_pinning_one_flow_elsewhere(fabric):
 
 
 def test_a_cut_uplink_takes_its_pinned_flows_with_the_reroute(fabric):
-    a, b = colliding_ports(fabric, ("h1", "h5"), ("h2", "h6"), 41000)
+    a, b = colliding_ports(fabric.topo, ("h1", "h5"), ("h2", "h6"), 41000)
     start_flows(fabric, [("h1", "h5", a), ("h2", "h6", b)], SECONDS)
     leaf = fabric.plan.hosts["h1"].switch
     assert wait_until(lambda: {(a, 5201), (b, 5201)} <= set(pins(fabric, leaf)), PIN_TIMEOUT_S)
