@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import statistics
 import sys
 import time
@@ -42,6 +41,7 @@ from emulation.net import Testbed  # noqa: E402
 from topologies import leafspine  # noqa: E402
 from wire import advice_pb2 as pb  # noqa: E402
 from wire import advice_pb2_grpc as pb_grpc  # noqa: E402
+from wire import runfiles  # noqa: E402
 from wire.stats import percentile  # noqa: E402
 
 SENDER = ROOT / "bench" / "flow_start.py"
@@ -98,16 +98,6 @@ class Stages:
                      f"p99 <= {goal_p99_ms:g}: {'met' if met else 'NOT met'}; min {min(total):.1f}, "
                      f"max {max(total):.1f})")
         return "\n".join(lines)
-
-
-def switch_epochs(tb: Testbed) -> dict[str, float]:
-    epochs = {}
-    for name in tb.switches:
-        path = tb.run_dir / "switches" / f"{name}.stats.json"
-        value = json.loads(path.read_text()).get("int_clock_epoch_wall") if path.exists() else None
-        if value is not None:
-            epochs[name] = float(value)
-    return epochs
 
 
 def both_applied(tb: Testbed, h2: str, dst: str, t: float) -> tuple[dict, dict] | None:
@@ -185,7 +175,7 @@ def main() -> int:
         print(f"run directory {tb.run_dir}; background flow h1 -> h5 for up to {seconds} s")
         wait_for(lambda: applied_after(tb.run_dir, "h1", h5.IP(), 0, lambda r: r > 15e6), 10)
         t0 = tb.now()
-        epochs = switch_epochs(tb)
+        epochs = runfiles.int_clock_epochs(tb.run_dir, list(tb.switches))
         channel = grpc.insecure_channel((tb.run_dir / "controller.addr").read_text().strip())
         stub = pb_grpc.AdviceStub(channel)
         for event in range(args.events):

@@ -15,7 +15,6 @@ scheduling"): resolved <= 50 ms median.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -106,20 +105,10 @@ def baseline(tb: Testbed, n: int) -> int:
     return retransmitted(tb, "h1") + retransmitted(tb, "h2") - before
 
 
-def switch_epochs(tb: Testbed) -> dict[str, float]:
-    out = {}
-    for name in tb.switches:
-        path = tb.run_dir / "switches" / f"{name}.stats.json"
-        value = json.loads(path.read_text()).get("int_clock_epoch_wall") if path.exists() else None
-        if value is not None:
-            out[name] = float(value)
-    return out
-
-
 def main() -> int:
     events = int(sys.argv[sys.argv.index("--events") + 1]) if "--events" in sys.argv else 10
     with Testbed(leafspine(spines=3), dataplane="soft", name="bench-paths-reaction", mode="paths") as tb:
-        epochs = switch_epochs(tb)
+        epochs = runfiles.int_clock_epochs(tb.run_dir, list(tb.switches))
         results = [r for r in (event(tb, n, epochs) for n in range(events)) if r]
         verdict = tb.verdict(tb.ready_at, tb.now())
         tb.set_mode("advice")

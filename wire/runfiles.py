@@ -27,6 +27,7 @@ components write into it and the lab, the console and the tests read it:
 from __future__ import annotations
 
 import csv
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,18 @@ def switch_log(name: str) -> str:
 
 def switch_stats(name: str) -> str:
     return f"{SWITCH_DIR}/{name}.stats.json"
+
+
+def int_clock_epochs(run_dir: Path, switches: list[str]) -> dict[str, float]:
+    """Per soft switch, the wall time its INT clock counts from (its stats file's
+    int_clock_epoch_wall): a hop's egress µs + this = when the frame left, on the wall clock."""
+    epochs = {}
+    for name in switches:
+        path = run_dir / switch_stats(name)
+        value = json.loads(path.read_text()).get("int_clock_epoch_wall") if path.exists() else None
+        if value is not None:
+            epochs[name] = float(value)
+    return epochs
 
 
 @dataclass(frozen=True, slots=True)
