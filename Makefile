@@ -87,6 +87,7 @@ bench: deps
 	$(PY) bench/incast_fidelity.py
 	$(PY) bench/p4rt_soak.py
 	$(PY) bench/failover.py
+	$(PY) bench/paths_reaction.py
 
 # ruff, mypy on the packages (untyped defs refused) and the layers' import contracts (import-linter:
 # imports only downward, no circle); config in pyproject.toml. Part of `make test`.

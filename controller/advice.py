@@ -194,8 +194,7 @@ class AdviceLoop:
         if self.mode != "paths" or self.schema_of is None:
             return {}
         now = time.monotonic() if now is None else now
-        snap = self.collector.snapshot()
-        self.paths.schedule(self.active_flows(now, snap), now, self.observed_links(snap))
+        self._place(now, self.collector.snapshot())
         return self.paths.pin_updates(self.schema_of)
 
     def _write_pins(self, clear: bool = False) -> None:
@@ -228,10 +227,14 @@ class AdviceLoop:
                 and ((now - flow.data_at <= FLOW_TIMEOUT_S and flow.data_reports >= ELEPHANT_REPORTS)
                      or (key in placed and now - flow.data_at <= PLACED_TIMEOUT_S))]
 
-    def observed_links(self, snap: TelemetrySnapshot) -> dict[FlowKey, tuple[LinkId, ...]]:
-        """The links INT saw each host flow take: its NIC, then every hop's egress port."""
-        return {key: (nic_link(self.host_by_ip[key[0]]),) + tuple(egress_link(sw, out) for sw, _, out in flow.hops)
-                for key, flow in snap.flows.items() if key[0] in self.host_by_ip}
+    def _place(self, now: float, snap: TelemetrySnapshot) -> None:
+        """Mode paths: the active flows placed, each new one told the links INT saw it take (its
+        NIC, then every hop's egress port: ECMP's choice, which it keeps if no other path is better)."""
+        flows = self.active_flows(now, snap)
+        observed = {key: (nic_link(self.host_by_ip[key[0]]),) + tuple(egress_link(sw, out)
+                                                                       for sw, _, out in snap.flows[key].hops)
+                    for key in flows if key not in self.paths.placed}
+        self.paths.schedule(flows, now, observed)
 
     def demands(self, now: float, snap: TelemetrySnapshot) -> list[Demand]:
         pairs: dict[tuple[str, str], dict] = {}
@@ -275,7 +278,7 @@ class AdviceLoop:
             return {}
         snap = self.collector.snapshot()
         if self.mode == "paths":
-            self.paths.schedule(self.active_flows(now, snap), now, self.observed_links(snap))
+            self._place(now, snap)
             self._write_pins()
         inputs = (snap.version, len(self.declared), tuple(sorted(self.declared)))
         refresh_due = [k for k, t in self.sent_at.items() if now - t > self.valid_ms / 2000]
