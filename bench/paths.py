@@ -1,6 +1,7 @@
 """Path scheduling against ECMP, advice alone and flowlet switching: Hedera's patterns, several seeds.
 
     sudo .venv/bin/python bench/paths.py [--seeds 10] [--modes none,advice,flowlet,paths] [--short F]
+    sudo .venv/bin/python bench/paths.py --calibrate [--runs 3]
 
 Runs experiments/paths.yaml (a k=4 fat-tree; random permutation, stride(4) and staggered(0.2, 0.3)
 patterns, one long TCP flow per host on ephemeral ports) once per seed and mode, all on one testbed
@@ -9,7 +10,9 @@ share of the non-blocking ideal (the flows' mean throughput against their NIC ra
 worst seed, the windows faithful, and the goals of issue "Path scheduling": paths >= 0.90 of ideal
 on random permutations (median), >= 1.3x ECMP (mode none), never more than 5% below advice alone in
 any seed. Hedera's own figures (NSDI'10, a k=4 fat-tree of hardware switches) beside: 96% of the
-optimal bisection bandwidth, up to 113% above static ECMP.
+optimal bisection bandwidth, up to 113% above static ECMP. --calibrate measures what the ideal
+means on this emulator: one flow of the scenario's size alone in the fabric (h1 to the last host,
+across the core), its share of its NIC rate, per run.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from emulation.net import Testbed  # noqa: E402
 from lab.experiment import run_on_testbed  # noqa: E402
-from lab.scenario import load_scenario  # noqa: E402
+from lab.scenario import Scenario, load_scenario  # noqa: E402
+from workloads.fabric import FabricView  # noqa: E402
+from workloads.flows.job import run_flows  # noqa: E402
+from workloads.flows.schedule import Flow  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parent.parent / "experiments" / "paths.yaml"
 GOAL_SHARE, GOAL_OVER_ECMP, GOAL_VS_ADVICE = 0.90, 1.3, 0.95
@@ -35,8 +41,12 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--modes", default="none,advice,flowlet,paths")
     parser.add_argument("--short", type=float, help="scale sizes and times by F (0..1], a quick look")
+    parser.add_argument("--calibrate", action="store_true", help="one flow alone, --runs times, instead")
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     scenario = load_scenario(SCENARIO)
+    if args.calibrate:
+        return calibrate(scenario, args.runs)
     scenario.modes = args.modes.split(",")
     if args.short:
         scenario = scenario.shortened(args.short)
@@ -78,6 +88,26 @@ def main() -> int:
             ok &= _goal(f"paths / advice, worst seed and pattern: {worst:.2f}", worst >= GOAL_VS_ADVICE,
                         f">= {GOAL_VS_ADVICE}")
     return 0 if ok else 1
+
+
+def calibrate(scenario: Scenario, runs: int) -> int:
+    """One flow of the patterns' size alone in the fabric, mode none: its share of its NIC rate."""
+    size = scenario.jobs[0].size_bytes
+    hosts = [h.name for h in scenario.topology.hosts]
+    shares = []
+    with Testbed(scenario.topology, dataplane=scenario.dataplane, name="bench-paths-alone", mode="none") as tb:
+        view = FabricView.of_testbed(tb)
+        link_mbps = view.link_mbps(hosts)
+        for run in range(runs):
+            t0 = tb.now()
+            outcome = run_flows([Flow(0, hosts[0], hosts[-1], 0.0, size)], view, name=f"alone-{run}", progress=None)
+            flow = outcome.flows[0]
+            shares.append(flow.goodput_mbps / link_mbps if flow.ok else 0.0)
+            print(f"run {run + 1}: {hosts[0]} -> {hosts[-1]} alone, {size >> 20} MB: {shares[-1]:.2f} of "
+                  f"{link_mbps:g} Mbit/s; {tb.verdict(t0, tb.now()).line()}", flush=True)
+    print(f"one flow alone: median {statistics.median(shares):.2f} of its NIC rate (the ceiling of the share "
+          f"of the non-blocking ideal on this emulator)")
+    return 0
 
 
 def _goal(text: str, met: bool, goal: str) -> bool:
