@@ -75,8 +75,8 @@ class Controller:
         self.switches.routes_for = lambda name: self.healer.routes()[name]
         self.switches.restore = lambda schema, name: self.loss.restore(schema, name) + self.advice.restore(schema, name)
         self.advice.schema_of = self.switches.schema_of
-        self.pin_queue: asyncio.Queue[dict[str, list[p4r.Update]]] = asyncio.Queue()
-        self.advice.on_writes = self.pin_queue.put_nowait
+        self.mode_writes: asyncio.Queue[dict[str, list[p4r.Update]]] = asyncio.Queue()
+        self.advice.on_writes = self.mode_writes.put_nowait
         self.pin_log = (run_dir / runfiles.PATHS).open("a")
         if self.pin_log.tell() == 0:
             self.pin_log.write(PATHS_HEADER)
@@ -121,22 +121,23 @@ class Controller:
     def report_steps(self, report: pb.StepReport) -> int:
         return self.diagnoser.report_steps(report)
 
-    async def _write_pins(self) -> None:
+    async def _write_mode_updates(self) -> None:
         """The modes' writes (flow_pin, flowlet_config), batch by batch in the order decided (each
         batch: its switches at once); one paths.csv row per flow_pin update written."""
         while True:
-            updates = await self.pin_queue.get()
+            updates = await self.mode_writes.get()
             names = [n for n in updates if n in self.sessions]
             results = await asyncio.gather(*(self.sessions[n].write(updates[n]) for n in names),
                                            return_exceptions=True)
             wall = time.time()
             for name, result in zip(names, results, strict=True):
                 if isinstance(result, BaseException):
-                    log.error("%s: flow_pin write failed: %s", name, result)
+                    log.error("%s: the mode's write failed: %s", name, result)
                     continue
                 schema = self.sessions[name].schema
+                pin_table = schema.id_of(FLOW_PIN)
                 for update in updates[name]:
-                    if update.entity.table_entry.table_id == schema.id_of(FLOW_PIN):
+                    if update.entity.table_entry.table_id == pin_table:
                         self.pin_log.write(pin_row(wall, name, schema, update))
             self.pin_log.flush()
 
@@ -156,7 +157,7 @@ class Controller:
         await self.start()
         tasks = [asyncio.create_task(self.switches.watch(n)) for n in self.sessions]
         tasks.append(asyncio.create_task(self._age_telemetry()))
-        tasks.append(asyncio.create_task(self._write_pins()))
+        tasks.append(asyncio.create_task(self._write_mode_updates()))
         tasks.append(asyncio.create_task(self.advice.run(self.stopping)))
         tasks += self.healer.tasks()
         tasks.append(asyncio.create_task(self.diagnoser.run()))
