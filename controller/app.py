@@ -73,6 +73,7 @@ class Controller:
         self.loss = LinkLoss(self.topo)
         self.loop_lag = FidelityWindows(options.fidelity_file, "controller", "loop") if options.fidelity_file else None
         self.switches.routes_for = lambda name: self.healer.routes()[name]
+        self.switches.soft_device_config = self.healer.soft_device_config
         self.switches.restore = lambda schema, name: self.loss.restore(schema, name) + self.advice.restore(schema, name)
         self.advice.schema_of = self.switches.schema_of
         self.mode_writes: asyncio.Queue[dict[str, list[p4r.Update]]] = asyncio.Queue()

@@ -1,5 +1,6 @@
 """Self-healing: every fabric link watched by its ports' carrier (netlink, controller/portstatus.py)
-and by probes out of every fabric port (controller/links.py); a link that fails or comes back
+and by probes out of every fabric port (controller/links.py; a soft switch sends its own, told
+by its device config, BMv2's go out as packet-outs: wire/probes.py); a link that fails or comes back
 re-routes the fabric (only the route entries that change are written; in mode paths, with them the
 pins of the flows that crossed the failed link, placed again), re-plans the advice for the capacity
 that is left, and adds one row per changed link to links.csv."""
@@ -20,7 +21,7 @@ from controller.routing import Route, compute_routes
 from controller.sessions import Switches
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
-from wire import runfiles
+from wire import probes, runfiles
 from wire.proto import p4r
 
 log = logging.getLogger("controller")
@@ -63,6 +64,21 @@ class Healer:
                                    self.options.hold_down_s)
         return [asyncio.create_task(self._probe(self.monitor)), asyncio.create_task(self._watch_carriers(self.monitor))]
 
+    def fabric_ports(self, switch: str) -> list[int]:
+        """The switch's ports that face another switch: probes leave by these."""
+        ports = []
+        for link in self.topo.links:
+            if self.topo.is_switch(link.a) and self.topo.is_switch(link.b):
+                ports += [port for end, port in ((link.a, link.a_port), (link.b, link.b_port)) if end == switch]
+        return sorted(ports)
+
+    def soft_device_config(self, switch: str) -> bytes:
+        """A soft switch's device config: the probes it sends itself (none when probes are off)."""
+        ports = self.fabric_ports(switch)
+        if self.options.probe_s <= 0 or not ports:
+            return b""
+        return probes.device_config(self.options.probe_s, {p: self.plan.mac_of(switch, p) for p in ports})
+
     def pending(self) -> set[asyncio.Task]:
         return self._pending
 
@@ -75,9 +91,10 @@ class Healer:
         self.monitor.received(probe[0], (name, port), probe[1])
 
     async def _probe(self, monitor: LinkMonitor) -> None:
-        """Every probe_s a probe out of every fabric port; the monitor's changes re-route the fabric."""
+        """Every probe_s a probe out of every fabric port of the switches that do not send their own
+        (BMv2: packet-outs); the monitor's changes re-route the fabric."""
         loop = asyncio.get_running_loop()
-        ends = monitor.ends()
+        ends = [end for end in monitor.ends() if not self.switches.sends_own_probes(end[0])]
         while not self.switches.stopping.is_set():
             sent = loop.time()  # the probe carries it: a late one still tells when the link carried it
             for switch, port in ends:

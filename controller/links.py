@@ -1,6 +1,7 @@
-"""Link liveness from probes: the controller sends a probe out of every fabric port (packet-out)
-every `period_s`, stamped with its send time; the switch at the other end punts it (EtherType
-0x88B5, reason PROBE) and the controller learns that direction of the link carried it.
+"""Link liveness from probes: a probe leaves every fabric port every `period_s`, stamped with its
+send time (sent by the switch itself, or by the controller as a packet-out: wire/probes.py); the
+switch at the other end punts it (EtherType 0x88B5, reason PROBE) and the controller learns that
+direction of the link carried it.
 
 A probe's way is long — the controller's stream, the sending switch, the link, the receiving
 switch's punt path, its stream, the controller's event loop — and on a busy machine any of them
@@ -23,34 +24,26 @@ drive it with a clock.
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass, field
 
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
-from wire.cpu import ETHERTYPE_PROBE
-
-_PROBE = struct.Struct("!6s6sHIHd")  # dst MAC, src MAC, EtherType, origin device id, origin port, sent at
-PROBE_BYTES = 60  # padded to Ethernet's minimum frame
-BROADCAST = b"\xff" * 6
+from wire import probes
 
 End = tuple[str, int]  # (switch, port)
 
 
 def probe_frame(plan: AddressPlan, switch: str, port: int, sent: float) -> bytes:
-    mac = bytes.fromhex(plan.mac_of(switch, port).replace(":", ""))
-    return _PROBE.pack(BROADCAST, mac, ETHERTYPE_PROBE, plan.switches[switch].device_id, port, sent).ljust(
-        PROBE_BYTES, b"\0")
+    """The probe `switch` sends out of `port` (as a packet-out from the controller, or by itself)."""
+    return probes.probe_frame(probes.mac_bytes(plan.mac_of(switch, port)), plan.switches[switch].device_id, port, sent)
 
 
 def parse_probe(frame: bytes, switch_of_device: dict[int, str]) -> tuple[End, float] | None:
     """((origin switch, origin port), send time) of a probe frame; None if it is not one of ours."""
-    if len(frame) < _PROBE.size:
+    probe = probes.parse_probe(frame)
+    if probe is None or probe[0] not in switch_of_device:
         return None
-    _dst, _src, ethertype, device, port, sent = _PROBE.unpack_from(frame)
-    if ethertype != ETHERTYPE_PROBE or device not in switch_of_device:
-        return None
-    return (switch_of_device[device], port), sent
+    return (switch_of_device[probe[0]], probe[1]), probe[2]
 
 
 @dataclass

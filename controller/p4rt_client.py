@@ -158,10 +158,13 @@ class SwitchSession:
         finally:
             self.is_primary.clear()
 
-    async def set_pipeline(self, device_config: bytes = b"") -> None:
+    async def set_pipeline(self, device_config: bytes = b"", *, keep_state: bool = False) -> None:
+        """Push the P4Info and device config: VERIFY_AND_COMMIT (the tables start empty), or with
+        keep_state RECONCILE_AND_COMMIT (the same program, a new device config, the tables kept)."""
         assert self._stub is not None
+        actions = p4r.SetForwardingPipelineConfigRequest
         request = p4r.SetForwardingPipelineConfigRequest(
-            device_id=self.device_id, action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+            device_id=self.device_id, action=actions.RECONCILE_AND_COMMIT if keep_state else actions.VERIFY_AND_COMMIT)
         request.election_id.CopyFrom(self._election())
         request.config.p4info.CopyFrom(self.schema.p4info)
         request.config.p4_device_config = device_config

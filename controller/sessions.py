@@ -1,6 +1,7 @@
 """The controller's P4Runtime sessions, one per switch: connect, push the pipeline and program the
 switch from the topology; dispatch its packet-ins by reason; when a session is lost, reconnect with
-backoff and reprogram. The other parts of the controller write and read through `sessions`."""
+backoff and reprogram (a soft switch's device config asks it to send its own link probes:
+wire/probes.py). The other parts of the controller write and read through `sessions`."""
 
 from __future__ import annotations
 
@@ -45,6 +46,20 @@ class Switches:
         self.routes_for: Callable[[str], list[Route]] = lambda name: []
         self.restore: Callable[[P4Schema, str], list[p4r.Update]] = lambda schema, name: []
         self.handlers: dict[int, PacketInHandler] = {}
+        # A soft switch's device config (wire/probes.py: the probes it sends itself); BMv2's is p4c's JSON.
+        self.soft_device_config: Callable[[str], bytes] = lambda name: b""
+
+    def device_config(self, name: str) -> bytes:
+        """The target-specific part of the switch's pipeline config."""
+        info = self.info[name]
+        if info.get("kind") == "soft":
+            return self.soft_device_config(name)
+        path = info.get("device_config")
+        return Path(path).read_bytes() if path else b""
+
+    def sends_own_probes(self, name: str) -> bool:
+        """Whether the switch sends its fabric ports' probes itself (a soft switch) or needs packet-outs."""
+        return self.info[name].get("kind") == "soft"
 
     def schema_of(self, name: str) -> P4Schema:
         """The P4Info this switch runs: p4c's output for BMv2, else the committed one."""
@@ -61,8 +76,7 @@ class Switches:
                              request_log=self.run_dir / runfiles.P4RUNTIME_LOG)
 
     async def program(self, session: SwitchSession, routes: list[Route]) -> int:
-        device_config = self.info[session.name].get("device_config")
-        await session.set_pipeline(Path(device_config).read_bytes() if device_config else b"")
+        await session.set_pipeline(self.device_config(session.name))
         self.route_state[session.name] = state = RouteState()
         updates = switch_program(session.schema, self.topo, self.plan, session.name, routes, self.int_sample_log2,
                                  state, int_dscp=self.int_dscp)

@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         gc.freeze()  # the new pipeline's objects live as long as it does: out of every later full collection
 
-    device = Device(args.device_id, args.cpu_port, on_pipeline, dataplane.inject)
+    device = Device(args.device_id, args.cpu_port, on_pipeline, dataplane.inject,
+                    on_probes=lambda schedule: dataplane.set_probes(args.device_id, schedule),
+                    ports=frozenset(p.port for p in ports))
     if args.p4info:
         device.schema, device.state = schema, pipeline.state
         device.config.p4info.CopyFrom(schema.p4info)

@@ -109,6 +109,10 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
         except (KeyError, ValueError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"the soft switch runs starnet.p4 and this P4Info does not fit it: {exc}")
+        try:
+            probes = self.device.probe_schedule(request.config.p4_device_config)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if action == actions.VERIFY:
             pass
         elif action == actions.VERIFY_AND_SAVE:
@@ -125,6 +129,7 @@ class P4RuntimeService(p4r_grpc.P4RuntimeServicer):
                               "RECONCILE_AND_COMMIT: the forwarding state can be kept only for the running P4Info")
             self.device.config.CopyFrom(request.config)  # new cookie / device config, same tables
             self.device.saved = None
+            self.device.on_probes(probes)
         else:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown action {action}")
         return p4r.SetForwardingPipelineConfigResponse()

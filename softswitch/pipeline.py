@@ -117,6 +117,7 @@ class Pipeline:
         self.counter_sync: list = []
         # Where punted frames go (frame, ingress port, reason): the P4Runtime PacketIn stream.
         self.packet_in: Callable[[bytes, int, int], bool | None] | None = None
+        self.held_probes: list[tuple[bytes, int]] | None = None  # probes the data plane punts later, together
         self._generation = 0
         self.int_engine = IntEngine()
         self.int_engine.to_cpu = self.clone_to_cpu
@@ -337,7 +338,10 @@ class Pipeline:
             if drop_prob >= 1.0 or (drop_prob and self.rng.random() < drop_prob):
                 self.count_drop("fault", in_port, n)
             elif frame[12:14] == _PROBE:
-                self.to_cpu(frame, in_port, REASON_PROBE)
+                if self.held_probes is None:
+                    self.to_cpu(frame, in_port, REASON_PROBE)
+                else:
+                    self.held_probes.append((bytes(frame), in_port))
             else:
                 self.count_drop("non_ipv4", in_port, n)
             return None
