@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from controller.advice import ADVISED, AdviceLoop
-from controller.links import Change, LinkMonitor, parse_probe, probe_frame
+from controller.links import Change, LinkMonitor, parse_probe, probe_device_config, probe_frame
 from controller.options import ControllerOptions
 from controller.portstatus import watch_ports
 from controller.program import route_updates
@@ -21,7 +21,7 @@ from controller.routing import Route, compute_routes
 from controller.sessions import Switches
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology
-from wire import probes, runfiles
+from wire import runfiles
 from wire.proto import p4r
 
 log = logging.getLogger("controller")
@@ -64,20 +64,9 @@ class Healer:
                                    self.options.hold_down_s)
         return [asyncio.create_task(self._probe(self.monitor)), asyncio.create_task(self._watch_carriers(self.monitor))]
 
-    def fabric_ports(self, switch: str) -> list[int]:
-        """The switch's ports that face another switch: probes leave by these."""
-        ports = []
-        for link in self.topo.links:
-            if self.topo.is_switch(link.a) and self.topo.is_switch(link.b):
-                ports += [port for end, port in ((link.a, link.a_port), (link.b, link.b_port)) if end == switch]
-        return sorted(ports)
-
     def soft_device_config(self, switch: str) -> bytes:
         """A soft switch's device config: the probes it sends itself (none when probes are off)."""
-        ports = self.fabric_ports(switch)
-        if self.options.probe_s <= 0 or not ports:
-            return b""
-        return probes.device_config(self.options.probe_s, {p: self.plan.mac_of(switch, p) for p in ports})
+        return probe_device_config(self.topo, self.plan, switch, self.options.probe_s)
 
     def pending(self) -> set[asyncio.Task]:
         return self._pending

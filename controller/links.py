@@ -46,6 +46,21 @@ def parse_probe(frame: bytes, switch_of_device: dict[int, str]) -> tuple[End, fl
     return (switch_of_device[probe[0]], probe[1]), probe[2]
 
 
+def fabric_ports(topo: Topology, switch: str) -> list[int]:
+    """The switch's ports that face another switch: probes leave by these."""
+    return sorted(port for link in topo.links if topo.is_switch(link.a) and topo.is_switch(link.b)
+                  for end, port in ((link.a, link.a_port), (link.b, link.b_port)) if end == switch)
+
+
+def probe_device_config(topo: Topology, plan: AddressPlan, switch: str, period_s: float) -> bytes:
+    """The device config that has a soft switch send its own probes out of its fabric ports every
+    period_s (wire/probes.py); empty when probes are off or it has no fabric port."""
+    ports = fabric_ports(topo, switch)
+    if period_s <= 0 or not ports:
+        return b""
+    return probes.device_config(period_s, {port: plan.mac_of(switch, port) for port in ports})
+
+
 @dataclass
 class LinkState:
     a: End

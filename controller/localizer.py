@@ -182,7 +182,9 @@ class Localizer:
             if not capacity:
                 continue
             queue = queue if queue < 0xFFFFFF else 0  # all-ones: the target could not tell
-            by_switch.setdefault(port[0], []).append(low_us - queue * FRAME_BITS / capacity)
+            # The frames ahead of it and its own time on the wire: a frame that found the queue empty
+            # may still wait for the port's tokens (at 1 Mbit/s, 12 ms: what a frame takes there).
+            by_switch.setdefault(port[0], []).append(low_us - (queue + 1) * FRAME_BITS / capacity)
         out = []
         for switch, excess in sorted(by_switch.items()):
             slow = [e for e in excess if e >= self.params.slow_switch_us]

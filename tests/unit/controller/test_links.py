@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from controller.links import LinkMonitor, parse_probe, probe_frame
+from controller.links import LinkMonitor, fabric_ports, parse_probe, probe_device_config, probe_frame
 from controller.program import RouteState, route_updates
 from controller.routing import compute_routes
 from topologies import leafspine
 from topologies.addressing import AddressPlan
 from wire.p4info import P4Schema
+from wire.probes import read_device_config
 from wire.proto import p4r
 
 TOPO = leafspine()
@@ -31,6 +32,17 @@ def test_probe_frames_name_their_origin():
     assert parse_probe(probe_frame(PLAN, "s3", 5, 7.25), names) == (("s3", 5), 7.25)
     assert parse_probe(probe_frame(PLAN, "s3", 5, 7.25), {}) is None  # a device we do not know
     assert parse_probe(b"\x00" * 10, names) is None
+
+
+def test_a_soft_switch_is_asked_for_probes_out_of_its_fabric_ports_from_their_macs():
+    leaf = PLAN.hosts["h1"].switch  # the default leaf-spine: two spines, so two fabric ports a leaf
+    host_ports = {PLAN.hosts[h.name].switch_port for h in TOPO.hosts if PLAN.hosts[h.name].switch == leaf}
+    ports = fabric_ports(TOPO, leaf)
+    assert len(ports) == 2 and not host_ports & set(ports)
+    schedule = read_device_config(probe_device_config(TOPO, PLAN, leaf, 0.05))
+    assert schedule is not None and schedule.period_s == 0.05 and sorted(schedule.ports) == ports
+    assert all(schedule.ports[p] == bytes.fromhex(PLAN.mac_of(leaf, p).replace(":", "")) for p in ports)
+    assert probe_device_config(TOPO, PLAN, leaf, 0.0) == b""  # probes off
 
 
 def test_a_silent_direction_takes_the_link_down_after_the_misses_then_back_after_the_hold_down():

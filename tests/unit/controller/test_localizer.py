@@ -92,6 +92,16 @@ def test_a_switch_that_holds_every_frame_is_a_slow_switch():
     assert [(s.target, s.fault) for s in top] == [("switch s2", "slow-switch")]
 
 
+def test_a_frame_that_waited_for_a_slow_links_tokens_does_not_make_its_switch_slow():
+    """At 1 Mbit/s a frame is 12 ms on the wire: one that found its queue empty still waited up to
+    that long for the port's tokens (it used to raise slow-switch on every switch of a 1 Mbit/s path)."""
+    slow_links = leafspine(capacity_mbps=1)
+    lows = {(s.name, p): (11_500, 0) for s in slow_links.switches for p in (1, 2, 3)}
+    assert run(Localizer(slow_links), 3, lows=lows) == []
+    lows.update({("s2", p): (17_000, 0) for p in (1, 2, 3)})  # 5 ms more than a frame's time
+    assert [(s.target, s.fault) for s in run(Localizer(slow_links), 3, lows=lows)] == [("switch s2", "slow-switch")]
+
+
 def test_a_down_link_is_the_top_suspect():
     top = run(Localizer(TOPO), 2, down={frozenset(("s1", "s3"))}, lost=0.0)
     assert (top[0].target, top[0].fault, top[0].alert) == ("link s1-s3", "down", True)
