@@ -51,10 +51,9 @@ class Switches:
 
     def device_config(self, name: str) -> bytes:
         """The target-specific part of the switch's pipeline config."""
-        info = self.info[name]
-        if info.get("kind") == "soft":
+        if self.sends_own_probes(name):
             return self.soft_device_config(name)
-        path = info.get("device_config")
+        path = self.info[name].get("device_config")
         return Path(path).read_bytes() if path else b""
 
     def sends_own_probes(self, name: str) -> bool:
