@@ -13,6 +13,10 @@ active flows on paths (pinned in the switches by the flow_pin updates it hands t
 then rates every host pair over the paths its flows were given; ``flowlet`` sends no advice and turns
 the switches' flowlet switching on (flowlet_config: a flow's packets more than `flowlet_gap_us`
 apart are hashed afresh, LetFlow's in-network answer to the same problem).
+
+A demand is a host pair with a flow INT saw carry data: for FLOW_TIMEOUT_S after its last data once
+ELEPHANT_REPORTS of its reports carried some, for a few report gaps (MOUSE_TIMEOUT_S and more on a
+slow NIC) before that — a reply or an idle connection's message does not take a transfer's share.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import TypeVar
 from controller import entities as ent
 from controller.advisor import AdvisorParams, Demand, LinkState, advise, changed
 from controller.paths import FlowKey, PathScheduler
+from controller.program import INT_SAMPLE_LOG2
 from controller.routing import Route
 from controller.telemetry import Collector, TelemetrySnapshot
 from topologies.addressing import AddressPlan
@@ -46,6 +51,14 @@ ADVISED = ("advice", "paths")  # the modes in which hosts get rate advice
 FabricWriter = Callable[[dict[str, list[p4r.Update]]], None]
 FLOWLET_GAP_US = 5000  # default flowlet gap: a few of the fabric's RTTs (~1-2 ms at 20 Mbit/s, with queues)
 FLOW_TIMEOUT_S = 1.0  # a flow without INT reports for this long is over
+# A flow INT showed carry data in fewer than ELEPHANT_REPORTS reports (a reply, a control message,
+# a collective's idle connection) is a demand only this long after its last data — at least
+# MOUSE_TIMEOUT_S, and at least MOUSE_REPORT_GAPS of the gaps between a full-rate flow's sampled
+# reports at its NIC's rate (1 Mbit/s: 8 frames are 97 ms), so that a new transfer keeps its share
+# until its next reports come. Held for FLOW_TIMEOUT_S, a one-packet reply halved its host's NIC
+# for the host's own transfer for a second.
+MOUSE_TIMEOUT_S = 0.2
+MOUSE_REPORT_GAPS = 4
 ELEPHANT_REPORTS = 3  # mode paths places a flow once this many of its INT reports carried data
 PLACED_TIMEOUT_S = 3.0  # ... and forgets it this long after its last data
 SUBSCRIBER_QUEUE = 4096
@@ -68,7 +81,8 @@ class Declared:
 class AdviceLoop:
     def __init__(self, topo: Topology, plan: AddressPlan, collector: Collector, run_dir: Path,
                  mode: str = "none", params: AdvisorParams = DEFAULT_PARAMS, interval_s: float = 0.001,
-                 valid_ms: int = 2000, flowlet_gap_us: int = FLOWLET_GAP_US) -> None:
+                 valid_ms: int = 2000, flowlet_gap_us: int = FLOWLET_GAP_US,
+                 int_sample_log2: int | None = INT_SAMPLE_LOG2) -> None:
         if mode not in MODES:
             raise AdviceError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
         self.topo, self.plan, self.collector = topo, plan, collector
@@ -92,6 +106,10 @@ class AdviceLoop:
             self._writer.writerow(["time", "epoch", "src", "dst", "rate_bps", "reason"])
         self.capacity: dict[LinkId, float] = topo.link_capacities_bps()
         self.full_capacity = dict(self.capacity)
+        report_gap_bits = (1 << (int_sample_log2 or 0)) * self.params.mtu_bytes * 8  # per sampled report
+        self.mouse_timeout_s = {address.ip: max(MOUSE_TIMEOUT_S, MOUSE_REPORT_GAPS * report_gap_bits
+                                                / self.capacity[nic_link(name)])
+                                for name, address in plan.hosts.items()}
         self.steps = 0  # decisions taken (each step() in mode advice that got past "nothing changed")
         # Mode paths: the placement (its capacities are these, shrunk by failures) and where its
         # flow_pin updates go (the controller writes them; by default nowhere).
@@ -243,6 +261,8 @@ class AdviceLoop:
                 continue
             if flow.data_at is None or now - flow.data_at > FLOW_TIMEOUT_S:
                 continue  # only ACKs seen lately: the other direction's transfer, not a demand of its own
+            if flow.data_reports < ELEPHANT_REPORTS and now - flow.data_at > self.mouse_timeout_s[src]:
+                continue  # a few packets of data and then none: a reply or a message, not a transfer
             entry = pairs.setdefault((src, dst), {"flows": 0, "links": None})
             entry["flows"] += 1  # kept for the log; shares are per host pair (a control connection is a flow too)
             entry["links"] = (nic_link(self.host_by_ip[src]),) + tuple(egress_link(sw, out) for sw, _, out in flow.hops)

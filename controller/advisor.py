@@ -4,8 +4,11 @@ Pure functions. Inputs: demands (source host, destination IP, the links of the p
 take, a weight, an optional cap) and per-link capacity and measured queue. Each link offers
 capacity × η minus an HPCC-style drain term — the bits standing in its queue spread over the drain
 horizon, so a measured queue empties within one interval — never less than `min_share` of its
-capacity. Water-filling then raises every unfrozen demand's rate by weight × level until a link is
-full or a demand reaches its cap; those demands freeze and the rest go on.
+capacity. The horizon is never shorter than `drain_frames` of the link's own frame times: at 1 Mbit/s
+a frame takes 12 ms on the wire, and 100 ms to drain 8 of them would ask for the whole link (the
+offer fell to its floor and stayed there), while at 10 Mbit/s and more the fixed horizon is the longer.
+Water-filling then raises every unfrozen demand's rate by weight × level until a link is full or a
+demand reaches its cap; those demands freeze and the rest go on.
 
     links: {link id: LinkState(capacity_bps, queue_pkts)}  (any hashable id; the controller uses topologies.spec.LinkId)
     demands: [Demand(src, dst, links=(link ids…), weight, cap_bps)]
@@ -30,13 +33,16 @@ class AdvisorParams:
     """eta: target utilisation; drain_s: horizon in which a standing queue should empty (seconds) —
     a few times the loop's reaction time (advice → paced hosts → INT report), or it oscillates;
     mtu_bytes: bytes per queued packet; min_share: floor of a link's offered capacity (fraction);
-    queue_allowance_pkts: standing queue not worth draining (the jitter of uncoordinated senders)."""
+    queue_allowance_pkts: standing queue not worth draining (the jitter of uncoordinated senders);
+    drain_frames: the horizon is at least this many of the link's frame times (mtu_bytes at its
+    capacity) — each standing frame then costs at most capacity / drain_frames (0: no such bound)."""
 
     eta: float = 0.95
     drain_s: float = 0.100
     mtu_bytes: int = 1514
     min_share: float = 0.10
     queue_allowance_pkts: float = 0.0  # a standing queue up to this is left alone
+    drain_frames: float = 64.0
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,9 @@ def offered_capacity(link: LinkState, params: AdvisorParams) -> float:
 def offered_capacities(capacity_bps: np.ndarray, queue_pkts: np.ndarray, params: AdvisorParams) -> np.ndarray:
     """offered_capacity over arrays of links."""
     standing = np.maximum(0.0, queue_pkts - params.queue_allowance_pkts)
-    drain_bps = standing * params.mtu_bytes * 8 / params.drain_s if params.drain_s > 0 else np.zeros_like(standing)
+    frame_bits = params.mtu_bytes * 8
+    horizon_s = np.maximum(params.drain_s, params.drain_frames * frame_bits / np.maximum(capacity_bps, EPS))
+    drain_bps = standing * frame_bits / horizon_s if params.drain_s > 0 else np.zeros_like(standing)
     return np.maximum(capacity_bps * params.eta - drain_bps, capacity_bps * params.min_share)
 
 

@@ -66,7 +66,8 @@ class Controller:
                                    flow_log=run_dir / runfiles.INT_FLOWS)
         self.advice = AdviceLoop(self.topo, self.plan, self.collector, run_dir, options.mode,
                                  AdvisorParams(eta=options.eta, drain_s=options.drain_s, queue_allowance_pkts=2),
-                                 options.interval_s, flowlet_gap_us=options.flowlet_gap_us)
+                                 options.interval_s, flowlet_gap_us=options.flowlet_gap_us,
+                                 int_sample_log2=options.int_sample_log2)
         self.healer = Healer(run_dir, self.topo, self.plan, self.switches, self.advice, options)
         self.diagnoser = Diagnoser(run_dir, self.topo, self.switches, self.collector, self.advice.host_by_ip,
                                    lambda: self.healer.down)

@@ -33,8 +33,10 @@ from wire.intmd import UNKNOWN32, Hop, IntFormatError, IntStack, int_length, l4_
 # frames, so one frame more or less between two reports moves the rate by ~3%, not by 60% as over 1 ms.
 MIN_RATE_INTERVAL_US = 20_000
 # The standing queue is the smallest reading over this window of switch time: a burst that
-# passes is not a queue to drain (CoDel's sojourn-minimum idea).
+# passes is not a queue to drain (CoDel's sojourn-minimum idea). On a slow link the window is at
+# least STANDING_FRAMES frame times (at 1 Mbit/s one frame is 12 ms: 20 ms would hold one reading).
 STANDING_WINDOW_US = 20_000
+STANDING_FRAMES = 8
 BACKLOG_PKTS = 3  # drain rates: both samples found at least this queue ...
 BACKLOG_INTERVAL_US = 20_000  # ... and left at most this far apart
 SERIES_FIELDS = runfiles.TELEMETRY_FIELDS
@@ -235,7 +237,10 @@ class Collector:
             state.queue_pkts = hop.queue_occupancy_pkts
             recent = state._recent
             recent.append((hop.egress_ts_us, hop.queue_occupancy_pkts))
-            while recent and recent[0][0] < hop.egress_ts_us - STANDING_WINDOW_US:
+            window_us: float = STANDING_WINDOW_US
+            if hop.capacity_mbps and hop.capacity_mbps != UNKNOWN32:
+                window_us = max(window_us, STANDING_FRAMES * BMV2_RATE_PKT_BYTES * 8 / hop.capacity_mbps)
+            while recent and recent[0][0] < hop.egress_ts_us - window_us:
                 recent.popleft()
         if hop.hop_latency_us != UNKNOWN32:
             state.hop_latency_us = hop.hop_latency_us

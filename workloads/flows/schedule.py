@@ -9,6 +9,8 @@ import math
 import random
 from dataclasses import asdict, dataclass
 
+from controller.advisor import Demand, water_fill
+
 
 @dataclass(frozen=True)
 class Flow:
@@ -109,3 +111,12 @@ def hedera(pattern: str, hosts: list[str], edge_of: dict[str, str], pod_of: dict
     else:
         raise ValueError(f"pattern: {pattern!r} is not one of {', '.join(PATTERNS)}")
     return [Flow(i, src, dst, 0.0, size_bytes) for i, (src, dst) in enumerate(zip(hosts, dsts, strict=True))]
+
+
+def nonblocking_rates(pairs: list[tuple[str, str]], nic_mbps: float) -> list[float]:
+    """Each (source, destination) flow's rate on a non-blocking switch, where only the hosts' NICs
+    limit: max-min fair, so two flows into one host share its NIC. With equal sizes and one start,
+    as in Hedera's patterns, flows into one host end together and these are also their average
+    throughputs; a permutation gives every flow its NIC rate. Hedera's "optimal" is this switch's."""
+    demands = [Demand(src, dst, (("tx", src), ("rx", dst))) for src, dst in pairs]
+    return water_fill(demands, {end: nic_mbps for d in demands for end in d.links})

@@ -53,13 +53,23 @@ def test_flows_joining_and_leaving_change_only_what_they_touch():
 
 
 def test_a_standing_queue_lowers_the_offer_so_it_drains():
-    params = AdvisorParams(eta=0.95, drain_s=0.010, mtu_bytes=1500)
+    params = AdvisorParams(eta=0.95, drain_s=0.010, mtu_bytes=1500, drain_frames=0)
     quiet = advise([Demand("a", "x", ("L",))], {"L": LinkState(20 * M)}, params)
     queued = advise([Demand("a", "x", ("L",))], {"L": LinkState(20 * M, queue_pkts=5)}, params)
     # 5 × 1500 B over 10 ms = 6 Mbit/s less.
     assert quiet[("a", "x")] - queued[("a", "x")] == pytest.approx(6 * M)
     flooded = advise([Demand("a", "x", ("L",))], {"L": LinkState(20 * M, queue_pkts=64)}, params)
     assert flooded[("a", "x")] == pytest.approx(2 * M)  # floor: 10 % of capacity
+
+
+def test_a_slow_link_drains_over_its_own_frame_times():
+    # 1 Mbit/s: a 1500 B frame is 12 ms on the wire; 8 standing frames over 100 ms would be the whole link.
+    params = AdvisorParams(eta=0.95, drain_s=0.100, mtu_bytes=1500, drain_frames=64)
+    queued = advise([Demand("a", "x", ("L",))], {"L": LinkState(1 * M, queue_pkts=8)}, params)
+    assert queued[("a", "x")] == pytest.approx(0.95 * M - 8 * M / 64)  # each frame costs capacity / 64
+    # at 20 Mbit/s the 100 ms horizon is the longer (64 frames: 38 ms): 8 × 1500 B over 100 ms
+    fast = advise([Demand("a", "x", ("L",))], {"L": LinkState(20 * M, queue_pkts=8)}, params)
+    assert fast[("a", "x")] == pytest.approx(19 * M - 0.96 * M)
 
 
 def test_bad_input_is_named():

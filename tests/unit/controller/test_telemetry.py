@@ -52,6 +52,18 @@ def test_tx_rate_is_wrap_safe_and_utilisation_uses_capacity():
     assert abs(state.utilisation - 1.0) < 1e-9 and state.queue_pkts == 12
 
 
+def test_the_standing_queue_is_the_least_over_20_ms_or_8_frame_times_on_a_slow_link():
+    def standing(capacity_mbps: int, gap_us: int) -> int:
+        collector = Collector({7: "s7"})
+        for i, queue in enumerate([1, 6, 7]):  # a short dip, then a queue that stays
+            collector.feed(report([Hop(7, 1, 3, 50, queue, 1_000_000 + i * gap_us, i * 1500, capacity_mbps)]))
+        return collector.snapshot().ports[("s7", 3)].standing_queue_pkts
+
+    assert standing(20, 15_000) == 6  # 20 Mbit/s: 20 ms of switch time holds the last two readings
+    assert standing(1, 15_000) == 1  # 1 Mbit/s: 8 frames are 96 ms, the dip 30 ms ago still counts
+    assert standing(1, 60_000) == 6
+
+
 def test_state_ages_out_and_bad_reports_are_counted():
     collector = Collector({7: "s7"}, max_age_s=1.0)
     collector.feed(report([hop(7, 3, 0, 10)]), now=100.0)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from workloads.flows.job import run_flows
-from workloads.flows.schedule import background, hedera, incast, log_uniform_mean
+from workloads.flows.schedule import background, hedera, incast, log_uniform_mean, nonblocking_rates
 from workloads.hosts import JobError
 
 HOSTS = ["a", "b", "c", "d"]
@@ -46,6 +46,14 @@ def test_hederas_patterns_send_one_flow_from_every_host_where_the_pattern_says()
         hedera("stride", hosts, edge, pod, 1000, seed=1, stride=16)
     with pytest.raises(ValueError, match="pattern: 'ring' is not one of"):
         hedera("ring", hosts, edge, pod, 1000, seed=1)
+
+
+def test_the_nonblocking_ideal_shares_a_host_only_where_flows_meet_at_it():
+    # a permutation: every flow at its NIC rate
+    assert nonblocking_rates([("h1", "h2"), ("h2", "h3"), ("h3", "h1")], 10.0) == pytest.approx([10, 10, 10])
+    # two flows into h3 share its NIC; h1's flow to h4 is not held back by it
+    rates = nonblocking_rates([("h1", "h3"), ("h2", "h3"), ("h4", "h1")], 10.0)
+    assert rates == pytest.approx([5, 5, 10])
 
 
 def test_background_is_a_function_of_its_seed_and_offers_the_load_asked_for():
