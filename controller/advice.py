@@ -59,7 +59,7 @@ FLOW_TIMEOUT_S = 1.0  # a flow without INT reports for this long is over
 # for the host's own transfer for a second.
 MOUSE_TIMEOUT_S = 0.2
 MOUSE_REPORT_GAPS = 4
-ELEPHANT_REPORTS = 3  # mode paths places a flow once this many of its INT reports carried data
+ELEPHANT_REPORTS = 2  # mode paths places a flow once this many of its INT reports carried data
 PLACED_TIMEOUT_S = 3.0  # ... and forgets it this long after its last data
 SUBSCRIBER_QUEUE = 4096
 IDLE_WAKE_S = 0.1  # with nothing changing, the loop still looks this often (expiring flows, refreshes)
@@ -351,6 +351,8 @@ class AdviceLoop:
                 self.step()
             except (KeyError, ValueError) as exc:
                 log.warning("advisor: %s", exc)
+            except Exception:  # noqa: BLE001 - a defect in one decision must not end advice for the run
+                log.exception("advisor: a decision failed (the loop goes on)")
             try:
                 await asyncio.wait_for(self._wake.wait(), self._next_refresh_in(time.monotonic()))
             except TimeoutError:

@@ -165,6 +165,8 @@ class Controller:
         tasks.append(asyncio.create_task(self.diagnoser.run()))
         if self.loop_lag is not None:
             tasks.append(asyncio.create_task(watch_loop_lag(self.loop_lag, self.stopping)))
+        for task in tasks:
+            task.add_done_callback(_log_death)
         await self.stopping.wait()
         tasks += self.healer.pending()
         for task in tasks:
@@ -177,6 +179,14 @@ class Controller:
         self.healer.close()
         self.diagnoser.close()
         self.pin_log.close()
+
+
+def _log_death(task: asyncio.Task) -> None:
+    """A task of the controller that ended by an exception says so in the log (the gather at the
+    stop would otherwise swallow it, and the part it ran would stop without a word)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("task %s ended: %r", task.get_coro() or task.get_name(), task.exception(),
+                  exc_info=task.exception())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -142,8 +142,8 @@ class Healer:
         for change in changes:
             link = "-".join(sorted(change.link))
             state_word = "up" if change.up else "down"
-            log.warning("link %s %s: detected, %d route updates written in %.1f ms", link, state_word, count,
-                        (written - detected) * 1e3)
+            log.warning("link %s %s: detected%s, %d route updates written in %.1f ms", link, state_word,
+                        f" ({change.why})" if change.why else "", count, (written - detected) * 1e3)
             self.timeline.write(f"{time.time():.6f},{link},{state_word},{detected:.6f},"
                                 f"{(written - detected) * 1e3:.2f},{count},"
                                 f"{'' if decided is None else f'{(decided - detected) * 1e3:.2f}'}\n")

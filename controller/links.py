@@ -9,7 +9,10 @@ can stall for tens of milliseconds. So a direction A→B counts as failed only o
 link, not the way, lost it: B has since received probes sent more than `misses` periods later over
 its other links (its punt path works), and A's probes sent that much later have reached other
 switches (its send path works). Without that evidence (a switch with one fabric link, or a whole
-switch gone quiet) a direction is failed after `stall_s` of silence. A link is down when a
+switch gone quiet) a direction is failed after `stall_s` of silence while other switches' probes
+kept coming: silence everywhere at once is the way's (the controller's stream backlogged, every
+switch's punt thread starved on a saturated machine — measured on the k=4 fat-tree at 1 Mbit/s,
+where it took all 32 links down at once), not 32 links failing together. A link is down when a
 direction failed, and back up when both directions have carried probes without a gap of `misses`
 periods for `hold_down_s`.
 
@@ -78,6 +81,7 @@ class Change:
     ends: tuple[End, End]
     up: bool
     at: float
+    why: str = ""  # what showed it: "carrier lost", "probes lost on the link", "no probe for N s"
 
 
 class LinkMonitor:
@@ -95,6 +99,7 @@ class LinkMonitor:
         self.last_tick = now
         self.newest_into: dict[str, float] = {}  # switch → send time of the newest probe it received
         self.newest_from: dict[str, float] = {}  # switch → send time of its newest probe received anywhere
+        self.newest_any = now  # send time of the newest probe received at all
 
     def ends(self) -> list[End]:
         """Every fabric port a probe is sent from."""
@@ -107,6 +112,7 @@ class LinkMonitor:
         state.last_seen[origin] = max(state.last_seen[origin], sent)
         self.newest_into[at[0]] = max(self.newest_into.get(at[0], sent), sent)
         self.newest_from[origin[0]] = max(self.newest_from.get(origin[0], sent), sent)
+        self.newest_any = max(self.newest_any, sent)
 
     def port_status(self, end: End, up: bool, now: float) -> list[Change]:
         """A fabric port's carrier came or went (netlink oper-status); a lost one fails its link now."""
@@ -117,25 +123,27 @@ class LinkMonitor:
             state.carrier_lost.discard(end)
             return []
         state.carrier_lost.add(end)
-        return self._fail(state, now)
+        return self._fail(state, now, f"carrier lost at {end[0]}:{end[1]}")
 
-    def _fail(self, state: LinkState, now: float) -> list[Change]:
+    def _fail(self, state: LinkState, now: float, why: str) -> list[Change]:
         if not state.up:
             state.good_since = None
             return []
         state.up = False
         state.good_since = None
         state.down_at = now
-        return [Change(frozenset((state.a[0], state.b[0])), (state.a, state.b), False, now)]
+        return [Change(frozenset((state.a[0], state.b[0])), (state.a, state.b), False, now, why)]
 
-    def _failed(self, origin: End, state: LinkState, now: float, limit: float) -> bool:
-        """Whether the direction from `origin` lost its probes on the link (see the module's doc)."""
+    def _failed(self, origin: End, state: LinkState, now: float, limit: float) -> str:
+        """Why the direction from `origin` lost its probes on the link (see the module's doc); "" if it did not."""
         seen = state.last_seen[origin]
         receiver = state.b[0] if origin == state.a else state.a[0]
         if self.newest_into.get(receiver, -math.inf) - seen > limit and \
                 self.newest_from.get(origin[0], -math.inf) - seen > limit:
-            return True
-        return now - seen > self.stall_s
+            return f"probes from {origin[0]}:{origin[1]} lost on the link ({now - seen:.2f} s)"
+        if min(now, self.newest_any) - seen > self.stall_s:
+            return f"no probe from {origin[0]}:{origin[1]} for {now - seen:.2f} s while others came"
+        return ""
 
     def tick(self, now: float) -> list[Change]:
         """Links that changed state by `now`."""
@@ -148,10 +156,11 @@ class LinkMonitor:
         limit = self.misses * self.period_s
         changes = []
         for state in self.links.values():
-            failed = bool(state.carrier_lost) or self._failed(state.a, state, now, limit) or \
+            why = ("carrier lost" if state.carrier_lost else "") or self._failed(state.a, state, now, limit) or \
                 self._failed(state.b, state, now, limit)
+            failed = bool(why)
             if state.up and failed:
-                changes += self._fail(state, now)
+                changes += self._fail(state, now, why)
             elif not state.up:
                 if failed or min(state.last_seen.values()) <= state.down_at:  # not yet both ways again
                     state.good_since = None

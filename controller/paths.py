@@ -14,7 +14,10 @@ placement it chose:
   (water-filling, `max_min_rates`) then have a product MOVE_GAIN higher (proportional fairness: a
   move that frees two flows from a shared link counts, even where a collision elsewhere keeps the
   minimum where it was) and the worst-off flow no lower, and it was not moved within MOVE_HOLD_S (a
-  move may reorder a few packets: it has to be worth it);
+  move may reorder a few packets: it has to be worth it); where no chain of up to CHAIN_DEPTH moves
+  pays, Hedera's simulated annealing over every movable flow's paths (ANNEAL_STEPS, a seeded RNG)
+  proposes a placement, taken on the same terms — on a k=4 fat-tree a random permutation can need a
+  chain of five or six moves to free its last shared link;
 - a flow whose path crossed a link that failed is re-placed at the re-route, before anything else.
 
 The placement becomes starnet.p4's flow_pin entries: one per switch on the path where the route to
@@ -26,7 +29,8 @@ Pure logic and bookkeeping: the caller writes the updates.
 from __future__ import annotations
 
 import math
-from collections import Counter
+import random
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -44,6 +48,9 @@ MOVE_GAIN = 0.10  # a move must raise the product of the flows' fair rates by th
 MOVE_HOLD_S = 0.5  # a flow moved is left alone this long
 CHAIN_DEPTH = 3  # flows moved together at most
 SEARCH_EVALS = 300  # placements tried per IMPROVE_INTERVAL_S (each a water-filling: ~0.1 ms for 16 flows)
+ANNEAL_STEPS = 5000  # simulated annealing steps when no chain pays (each ~8 µs: a few links' loads)
+ANNEAL_T0, ANNEAL_T1 = 2.0, 0.01  # its temperature, first and last (energy: capacity asked beyond a link's, in links)
+ANNEAL_TRIES = 3  # annealings (each a new random walk) before a situation counts as fruitless
 EPS = 1e-9
 
 
@@ -101,6 +108,8 @@ class PathScheduler:
         self._improved_at = float("-inf")
         self._evals = 0
         self._fruitless: tuple | None = None
+        self._tries: tuple[tuple | None, int] = (None, 0)  # the situation annealed in vain, how often
+        self._rng = random.Random(0)
 
     # ---- routes and candidates ------------------------------------------------------------------
     def set_routes(self, routes: Mapping[str, list[Route]]) -> None:
@@ -178,8 +187,9 @@ class PathScheduler:
         """While a change pays (the module docstring), make it: a flow on a shared link moved, or
         where no single move pays, a chain (the flow moved, then one whose path the first now
         shares moved too, up to CHAIN_DEPTH flows); at most SEARCH_EVALS placements tried per round.
-        Flows moved within MOVE_HOLD_S stay. A search that found nothing is not repeated until the
-        placement or the flows that may move change."""
+        Where no chain pays, the annealing's placement, on the same terms. Flows moved within
+        MOVE_HOLD_S stay. A situation annealed ANNEAL_TRIES times in vain is not searched again until
+        the placement or the flows that may move change."""
         self._evals = 0
         for _ in range(len(self.placed)):
             rates = self._rates(self.placed)
@@ -192,9 +202,16 @@ class PathScheduler:
                          tuple(f for f in sorted(self.placed) if self._may_move(f, now)))
             if not movable or situation == self._fruitless:
                 return
-            best = self._search(movable, min(rates.values()), _log_product(rates), now)
+            worst, score = min(rates.values()), _log_product(rates)
+            best = self._search(movable, worst, score, now)
             if best is None:
-                self._fruitless = situation
+                annealed = self._anneal([f for f in sorted(self.placed) if self._may_move(f, now)])
+                best = self._better(annealed, worst, score, None) if annealed else None
+            if best is None:
+                tries = self._tries[1] + 1 if self._tries[0] == situation else 1
+                self._tries = (situation, tries)
+                if tries >= ANNEAL_TRIES:
+                    self._fruitless = situation
                 return
             for flow, option in best[1].items():
                 self.placed[flow] = option
@@ -226,6 +243,71 @@ class PathScheduler:
                 return best
             frontier = deeper
         return None
+
+    def _anneal(self, movable: list[FlowKey]) -> dict[FlowKey, Path] | None:
+        """Hedera's simulated annealing (NSDI'10 §4.3), its steps aimed as WalkSAT aims them: the
+        moves to the coolest placement found, or None if none is cooler than the present one.
+        Energy: the capacity the links are asked for beyond theirs (each flow asking its NIC's rate),
+        in units of the links' capacity; a step puts a movable flow of an overfull link (picked at
+        random) on another of its paths, kept if the energy falls or, at temperature T, with
+        probability exp(-rise / T)."""
+        options = {f: self.candidates(f[0], f[1]) for f in movable}
+        flows = {f for f, o in options.items() if len(o) > 1}
+        if not flows:
+            return None
+        demand = {f: self.capacity.get(p.links[0], 0.0) for f, p in self.placed.items()}
+        asked: dict[LinkId, float] = defaultdict(float)
+        users: dict[LinkId, set[FlowKey]] = {}
+        for f, p in self.placed.items():
+            for link in p.links:
+                asked[link] += demand[f]
+                if f in flows:
+                    users.setdefault(link, set()).add(f)
+
+        def excess(links: Iterable[LinkId]) -> float:
+            return sum(max(0.0, asked[link] - cap) / cap for link in links
+                       if (cap := self.capacity.get(link, 0.0)) > 0)
+
+        def overfull(links: Iterable[LinkId]) -> set[LinkId]:  # ... with a flow that may move
+            return {link for link in links if users.get(link) and excess((link,)) > 0}
+
+        over = overfull(list(users))
+        state = {f: self.placed[f] for f in flows}
+        energy = start = excess(list(asked))
+        best_energy, best = energy, dict(state)
+        temperature, cooling = ANNEAL_T0, (ANNEAL_T1 / ANNEAL_T0) ** (1 / ANNEAL_STEPS)
+        for _ in range(ANNEAL_STEPS):
+            if not over:
+                break
+            temperature *= cooling
+            flow = self._rng.choice(sorted(users[self._rng.choice(sorted(over))]))
+            old = state[flow]
+            new = self._rng.choice([o for o in options[flow] if o != old])
+            touched = set(old.links) ^ set(new.links)
+            before = excess(touched)
+            self._shift(asked, users, flow, old.links, new.links, demand[flow])
+            rise = excess(touched) - before
+            if rise <= 0 or self._rng.random() < math.exp(-rise / temperature):
+                state[flow], energy = new, energy + rise
+                over.difference_update(touched)
+                over.update(overfull(touched))
+                if energy < best_energy - EPS:
+                    best_energy, best = energy, dict(state)
+            else:
+                self._shift(asked, users, flow, new.links, old.links, demand[flow])
+        if best_energy >= start - EPS:
+            return None
+        return {f: p for f, p in best.items() if p != self.placed[f]}
+
+    @staticmethod
+    def _shift(asked: dict[LinkId, float], users: dict[LinkId, set[FlowKey]], flow: FlowKey, off: tuple[LinkId, ...],
+               on: tuple[LinkId, ...], rate: float) -> None:
+        for link in off:
+            asked[link] -= rate
+            users[link].discard(flow)
+        for link in on:
+            asked[link] += rate
+            users.setdefault(link, set()).add(flow)
 
     def _better(self, moves: dict[FlowKey, Path], worst: float, score: float,
                 best: tuple[float, dict[FlowKey, Path]] | None) -> tuple[float, dict[FlowKey, Path]] | None:

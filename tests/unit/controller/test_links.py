@@ -108,6 +108,20 @@ def test_a_switch_that_hears_nothing_is_a_stall_until_stall_s_not_a_failure_of_i
     assert sorted(c.link for c in changes) == sorted([frozenset(("s3", "s1")), frozenset(("s3", "s2"))])
 
 
+def test_silence_from_every_switch_at_once_is_the_way_not_every_link():
+    monitor = LinkMonitor(TOPO, 0.0, PERIOD, misses=3, stall_s=0.5)
+    t = 0.0
+    for _ in range(10):
+        t += PERIOD
+        assert feed(monitor, t) == []
+    for _ in range(100):  # 1 s: the controller ticks on time, but no probe arrives from anywhere
+        t += PERIOD
+        assert monitor.tick(t) == []
+    t += PERIOD
+    assert feed(monitor, t) == []  # the backlog clears: every link was up all along
+    assert not monitor.down()
+
+
 def test_a_stalled_controller_does_not_take_its_own_stall_for_failed_links():
     monitor = LinkMonitor(TOPO, 0.0, PERIOD)
     assert feed(monitor, PERIOD) == []
