@@ -91,7 +91,8 @@ class Healer:
                 if session.is_primary.is_set():
                     await session.packet_out(probe_frame(self.plan, switch, port, sent), port)
             await asyncio.sleep(self.options.probe_s)
-            changes = monitor.tick(loop.time())
+            changes = monitor.tick(loop.time(), {name for name, session in self.switches.sessions.items()
+                                                 if not session.is_primary.is_set()})
             if changes:
                 await self.reroute(changes)
 

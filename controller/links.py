@@ -9,10 +9,12 @@ can stall for tens of milliseconds. So a direction A→B counts as failed only o
 link, not the way, lost it: B has since received probes sent more than `misses` periods later over
 its other links (its punt path works), and A's probes sent that much later have reached other
 switches (its send path works). Without that evidence (a switch with one fabric link, or a whole
-switch gone quiet) a direction is failed after `stall_s` of silence while other switches' probes
-kept coming: silence everywhere at once is the way's (the controller's stream backlogged, every
-switch's punt thread starved on a saturated machine — measured on the k=4 fat-tree at 1 Mbit/s,
-where it took all 32 links down at once), not 32 links failing together. A link is down when a
+switch gone quiet) a direction is failed after silence while other switches' probes kept coming
+(silence everywhere at once is the way's: the controller's streams backlogged, not 32 links failing
+together) — `stall_s` if one of its switches lost its P4Runtime stream (its process died), `hung_s`
+if both streams are up: a switch whose control threads starve on a saturated machine punts nothing
+for seconds (measured on the k=4 fat-tree at 1 Mbit/s: 4 s, many switches at once) while its links
+carry traffic, and a link that fails there still shows the evidence above. A link is down when a
 direction failed, and back up when both directions have carried probes without a gap of `misses`
 periods for `hold_down_s`.
 
@@ -86,8 +88,10 @@ class Change:
 
 class LinkMonitor:
     def __init__(self, topo: Topology, now: float, period_s: float = 0.050, misses: int = 4,
-                 hold_down_s: float = 0.5, stall_s: float = 2.0) -> None:
+                 hold_down_s: float = 0.5, stall_s: float = 2.0, hung_s: float = 10.0) -> None:
         self.period_s, self.misses, self.hold_down_s, self.stall_s = period_s, misses, hold_down_s, stall_s
+        self.hung_s = hung_s
+        self.disconnected: set[str] = set()  # switches without a P4Runtime stream at the last tick
         self.links: dict[frozenset[End], LinkState] = {}
         self.by_end: dict[End, LinkState] = {}
         for link in topo.links:
@@ -141,12 +145,16 @@ class LinkMonitor:
         if self.newest_into.get(receiver, -math.inf) - seen > limit and \
                 self.newest_from.get(origin[0], -math.inf) - seen > limit:
             return f"probes from {origin[0]}:{origin[1]} lost on the link ({now - seen:.2f} s)"
-        if min(now, self.newest_any) - seen > self.stall_s:
-            return f"no probe from {origin[0]}:{origin[1]} for {now - seen:.2f} s while others came"
+        silent = min(now, self.newest_any) - seen
+        lost = self.disconnected.intersection((origin[0], receiver))
+        if silent > self.hung_s or (lost and silent > self.stall_s):
+            cause = f", {' and '.join(sorted(lost))} without a stream" if lost else ""
+            return f"no probe from {origin[0]}:{origin[1]} for {now - seen:.2f} s while others came{cause}"
         return ""
 
-    def tick(self, now: float) -> list[Change]:
-        """Links that changed state by `now`."""
+    def tick(self, now: float, disconnected: set[str] | frozenset[str] = frozenset()) -> list[Change]:
+        """Links that changed state by `now`; `disconnected`: the switches without a P4Runtime stream now."""
+        self.disconnected = set(disconnected)
         lag = now - self.last_tick - self.period_s
         self.last_tick = now
         if lag > self.period_s:  # the controller did not look for `lag`: give every direction that time

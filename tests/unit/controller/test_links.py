@@ -92,20 +92,32 @@ def test_a_lost_carrier_fails_its_link_at_once_and_it_returns_only_with_carrier_
     assert monitor.port_status(("s9", 1), False, t) == []  # not a fabric end: ignored
 
 
-def test_a_switch_that_hears_nothing_is_a_stall_until_stall_s_not_a_failure_of_its_links():
-    monitor = LinkMonitor(TOPO, 0.0, PERIOD, misses=3, stall_s=0.5)
-    t = 0.0
-    for _ in range(10):
-        t += PERIOD
-        assert feed(monitor, t) == []
-    for _ in range(40):  # 400 ms: s3 punts nothing (its probes out still arrive elsewhere)
-        t += PERIOD
-        assert feed(monitor, t, into={"s3"}) == []
+def silent_s3(monitor: LinkMonitor, periods: int, t: float, lost: frozenset[str] = frozenset()) -> tuple[float, list]:
+    """`periods` probe periods in which s3 punts nothing (its probes out still arrive elsewhere)."""
     changes = []
-    for _ in range(15):
+    for _ in range(periods):
         t += PERIOD
-        changes += feed(monitor, t, into={"s3"})
-    assert sorted(c.link for c in changes) == sorted([frozenset(("s3", "s1")), frozenset(("s3", "s2"))])
+        for state in monitor.links.values():
+            for origin, at in ((state.a, state.b), (state.b, state.a)):
+                if at[0] != "s3":
+                    monitor.received(origin, at, t)
+        changes += monitor.tick(t, lost)
+    return t, changes
+
+
+def test_a_switch_that_hears_nothing_is_a_stall_until_stall_s_without_its_stream_or_hung_s_with_it():
+    s3_links = sorted([frozenset(("s3", "s1")), frozenset(("s3", "s2"))])
+    for lost, quiet_for in ((frozenset({"s3"}), 0.5), (frozenset(), 1.5)):
+        monitor = LinkMonitor(TOPO, 0.0, PERIOD, misses=3, stall_s=0.5, hung_s=1.5)
+        t = 0.0
+        for _ in range(10):
+            t += PERIOD
+            assert feed(monitor, t) == []
+        t, changes = silent_s3(monitor, int(quiet_for / PERIOD) - 5, t, lost)
+        assert changes == []  # starved or gone, s3 is given its time
+        t, changes = silent_s3(monitor, 15, t, lost)
+        assert sorted(c.link for c in changes) == s3_links
+        assert all(("without a stream" in c.why) == bool(lost) for c in changes)
 
 
 def test_silence_from_every_switch_at_once_is_the_way_not_every_link():
