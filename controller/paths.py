@@ -51,6 +51,7 @@ SEARCH_EVALS = 300  # placements tried per IMPROVE_INTERVAL_S (each a water-fill
 ANNEAL_STEPS = 5000  # simulated annealing steps when no chain pays (each ~8 µs: a few links' loads)
 ANNEAL_T0, ANNEAL_T1 = 2.0, 0.01  # its temperature, first and last (energy: capacity asked beyond a link's, in links)
 ANNEAL_TRIES = 3  # annealings (each a new random walk) before a situation counts as fruitless
+ANNEAL_INTERVAL_S = 0.5  # at most one annealing this often (≤ 40 ms each: ≤ 8% of a core)
 EPS = 1e-9
 
 
@@ -109,6 +110,8 @@ class PathScheduler:
         self._evals = 0
         self._fruitless: tuple | None = None
         self._tries: tuple[tuple | None, int] = (None, 0)  # the situation annealed in vain, how often
+        self._no_chain: tuple | None = None  # the last situation no chain of moves improved
+        self._annealed_at = float("-inf")
         self._rng = random.Random(0)
 
     # ---- routes and candidates ------------------------------------------------------------------
@@ -187,9 +190,10 @@ class PathScheduler:
         """While a change pays (the module docstring), make it: a flow on a shared link moved, or
         where no single move pays, a chain (the flow moved, then one whose path the first now
         shares moved too, up to CHAIN_DEPTH flows); at most SEARCH_EVALS placements tried per round.
-        Where no chain pays, the annealing's placement, on the same terms. Flows moved within
-        MOVE_HOLD_S stay. A situation annealed ANNEAL_TRIES times in vain is not searched again until
-        the placement or the flows that may move change."""
+        Where no chain pays, the annealing's placement (at most every ANNEAL_INTERVAL_S), on the same
+        terms. Flows moved within MOVE_HOLD_S stay. Chains are searched once per situation (the
+        placement and the flows that may move); a situation annealed ANNEAL_TRIES times in vain is
+        not searched again until it changes."""
         self._evals = 0
         for _ in range(len(self.placed)):
             rates = self._rates(self.placed)
@@ -203,8 +207,12 @@ class PathScheduler:
             if not movable or situation == self._fruitless:
                 return
             worst, score = min(rates.values()), _log_product(rates)
-            best = self._search(movable, worst, score, now)
+            best = self._search(movable, worst, score, now) if situation != self._no_chain else None
             if best is None:
+                self._no_chain = situation
+                if now - self._annealed_at < ANNEAL_INTERVAL_S:
+                    return
+                self._annealed_at = now
                 annealed = self._anneal([f for f in sorted(self.placed) if self._may_move(f, now)])
                 best = self._better(annealed, worst, score, None) if annealed else None
             if best is None:
