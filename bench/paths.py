@@ -7,7 +7,8 @@
 Runs experiments/paths.yaml (a k=4 fat-tree; random permutation, stride(4) and staggered(0.2, 0.3)
 patterns, one long TCP flow per host on ephemeral ports) once per seed and mode, all on one testbed
 (the mode switched between runs, as `run_on_testbed` does), and prints per pattern and mode the
-share of the non-blocking ideal (the flows' mean throughput against their NIC rate): median and
+share of the non-blocking ideal (the flows' aggregate throughput against a non-blocking switch's,
+where only the NICs limit: workloads/flows/schedule.nonblocking_rates): median and
 worst seed, the windows faithful, and the goals of issue "Path scheduling": paths >= 0.90 of ideal
 on random permutations (median), >= 1.3x ECMP (mode none), never more than 5% below advice alone in
 any seed. Hedera's own figures (NSDI'10, a k=4 fat-tree of hardware switches) beside: 96% of the
