@@ -14,12 +14,17 @@ from topologies import leafspine
 from topologies.addressing import AddressPlan
 
 
-def test_only_flows_that_carry_data_are_demands(tmp_path):
+def leafspine_loop(tmp_path) -> tuple[dict[str, int], Collector, AdviceLoop]:
+    """The default leaf-spine's advice loop in mode advice: its spine s1's and leaves' INT ids, collector, loop."""
     topo = leafspine()
     plan = AddressPlan(topo)
     ids = {name: plan.switches[name].device_id for name in ("s1", "s3", "s4")}
     collector = Collector({i: n for n, i in ids.items()})
-    loop = AdviceLoop(topo, plan, collector, tmp_path, "advice")
+    return ids, collector, AdviceLoop(topo, plan, collector, tmp_path, "advice")
+
+
+def test_only_flows_that_carry_data_are_demands(tmp_path):
+    ids, collector, loop = leafspine_loop(tmp_path)
     try:
         now = time.monotonic()
         # h1 → h5 with data; h5 → h1 only ACKs (reports list hops newest first)
@@ -36,11 +41,7 @@ def test_only_flows_that_carry_data_are_demands(tmp_path):
 
 
 def test_a_reply_of_one_data_report_is_a_demand_only_briefly_a_transfer_for_a_second(tmp_path):
-    topo = leafspine()
-    plan = AddressPlan(topo)
-    ids = {name: plan.switches[name].device_id for name in ("s1", "s3", "s4")}
-    collector = Collector({i: n for n, i in ids.items()})
-    loop = AdviceLoop(topo, plan, collector, tmp_path, "advice")
+    ids, collector, loop = leafspine_loop(tmp_path)
     try:
         now = time.monotonic()
         for i in range(3):  # h1 → h5: a transfer, three reports with data

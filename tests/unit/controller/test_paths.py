@@ -61,6 +61,17 @@ def ecmp_share(s: PathScheduler, flows, rng: random.Random) -> float:
     return sum(max_min_rates(paths, s.capacity).values()) / (len(flows) * 20e6)
 
 
+def permutation(s: PathScheduler, rng: random.Random) -> list:
+    """One flow from every host to a random other host, every host receiving one (Hedera's random)."""
+    hosts = sorted(s.plan.hosts)
+    while True:
+        dsts = hosts[:]
+        rng.shuffle(dsts)
+        if all(a != b for a, b in zip(hosts, dsts, strict=True)):
+            break
+    return [(ip(s, a), ip(s, b), 6, 40000 + i, 5201) for i, (a, b) in enumerate(zip(hosts, dsts, strict=True))]
+
+
 def test_random_permutations_on_a_fat_tree_get_near_the_non_blocking_ideal():
     """Hedera's random-permutation pattern on k=4, 10 seeds: the placement's aggregate max-min
     throughput against the non-blocking ideal (every host at its NIC rate), and against ECMP."""
@@ -68,13 +79,7 @@ def test_random_permutations_on_a_fat_tree_get_near_the_non_blocking_ideal():
     for seed in range(10):
         s = scheduler(fattree(4))
         rng = random.Random(seed)
-        hosts = sorted(s.plan.hosts)
-        while True:
-            dsts = hosts[:]
-            rng.shuffle(dsts)
-            if all(a != b for a, b in zip(hosts, dsts, strict=True)):
-                break
-        flows = [(ip(s, a), ip(s, b), 6, 40000 + i, 5201) for i, (a, b) in enumerate(zip(hosts, dsts, strict=True))]
+        flows = permutation(s, rng)
         placed = s.schedule(flows, now=0.0)
         rates = max_min_rates({f: p.links for f, p in placed.items()}, s.capacity)
         shares.append(sum(rates.values()) / (len(flows) * 20e6))
@@ -85,13 +90,7 @@ def test_random_permutations_on_a_fat_tree_get_near_the_non_blocking_ideal():
 
 def permutation_flows(s: PathScheduler, seed: int) -> list:
     rng = random.Random(seed)
-    hosts = sorted(s.plan.hosts)
-    while True:
-        dsts = hosts[:]
-        rng.shuffle(dsts)
-        if all(a != b for a, b in zip(hosts, dsts, strict=True)):
-            break
-    flows = [(ip(s, a), ip(s, b), 6, 40000 + i, 5201) for i, (a, b) in enumerate(zip(hosts, dsts, strict=True))]
+    flows = permutation(s, rng)
     rng.shuffle(flows)  # the order INT shows them in
     return flows
 
