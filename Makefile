@@ -34,7 +34,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,plot]'
+	$(PY) -m pip install -q -e '.[test,plot,torch]'
 	@# Expose Debian's mininet package (and only it) to the venv, so the venv takes no PyPI mininet.
 	@mkdir -p $(VENV)/debian-mininet
 	@ln -sfn /usr/lib/python3/dist-packages/mininet $(VENV)/debian-mininet/mininet

@@ -38,6 +38,7 @@ from wire import runfiles
 from wire.runfiles import read_telemetry
 from wire.stats import percentile
 from workloads.allreduce.job import JobSpec, run_job
+from workloads.command.job import CommandSpec, run_command
 from workloads.fabric import FabricView, topology_order
 from workloads.flows import schedule
 from workloads.flows.job import run_flows
@@ -85,7 +86,7 @@ def scenario_budget(scenario: Scenario) -> budget.Budget:
     topo = scenario.topology
     flows: list[tuple[str, str]] = []
     for job in scenario.jobs:
-        if job.kind == "allreduce":
+        if job.kind in ("allreduce", "command"):  # a program's traffic is unknown: counted as a ring
             flows += budget.ring_flows(topology_order(topo, job.hosts))
         elif job.kind == "incast":
             flows += [(s, job.receiver) for s in job.senders]
@@ -133,8 +134,9 @@ def run_mode(tb: Testbed, scenario: Scenario, mode: str, progress: Progress = _p
     start = time.monotonic() + 0.5
     t0 = tb.now() + 0.5
     rates.start()
-    threads = [threading.Thread(target=_run_job, args=(job, record, view, start, scenario.seed, mode, tag, progress,
-                                                       _port_base(job, i)),
+    deadline = start + scenario.duration_s
+    threads = [threading.Thread(target=_run_job, args=(job, record, view, start, deadline, scenario.seed, mode, tag,
+                                                       progress, _port_base(job, i)),
                                 name=f"job-{job.name}", daemon=True)
                for i, (job, record) in enumerate(zip(scenario.jobs, records, strict=True))]
     applied: list[dict] = []
@@ -142,7 +144,6 @@ def run_mode(tb: Testbed, scenario: Scenario, mode: str, progress: Progress = _p
                               name="faults", daemon=True)
     for thread in (*threads, faults):
         thread.start()
-    deadline = start + scenario.duration_s
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
     for thread, record in zip(threads, records, strict=True):
@@ -174,8 +175,8 @@ def _port_base(job: JobSpecification, index: int) -> int:
     return job.port_base or PORT_BASE + PORT_RANGE * index
 
 
-def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: float, seed: int, mode: str,
-             tag: str, progress: Progress, port_base: int) -> None:
+def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: float, deadline: float, seed: int,
+             mode: str, tag: str, progress: Progress, port_base: int) -> None:
     time.sleep(max(0.0, start + job.start_s - time.monotonic()))
     record.started = time.time()
     name = f"{job.name}{tag}"
@@ -195,6 +196,16 @@ def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: 
             record.ok = size.wrong == 0
             if size.wrong:
                 record.error = f"{size.wrong} wrong elements"
+        elif job.kind == "command":
+            # ended by its timeout, or when the scenario's duration_s is over, whichever comes first
+            timeout_s = max(0.1, min(job.timeout_s, deadline - time.monotonic()))
+            ran = run_command(CommandSpec(argv=job.command, hosts=job.hosts, name=name, timeout_s=timeout_s,
+                                          env=job.env, master_port=job.master_port), view, progress=say)
+            record.figures = {"status": ran.status, "elapsed_s": ran.elapsed_s, **ran.metrics}
+            record.workdir = str(ran.workdir)
+            record.ok = ran.ok
+            if not ran.ok:
+                record.error = ran.reason
         else:
             if job.kind == "incast":
                 flows = schedule.incast(job.receiver, job.senders, job.size_bytes)

@@ -42,6 +42,12 @@ def first_table(result: ScenarioResult) -> str:
             rows.append((f"{job.name}: job completion time (s)", [r.elapsed_s for r in records], 1))
         elif job.kind == "incast":
             rows.append((f"{job.name}: incast completion (s)", [r.figures.get("span_s") for r in records], 2))
+        elif job.kind == "command":
+            rows.append((f"{job.name}: job completion time (s)", [r.elapsed_s if r.ok else None for r in records], 1))
+            keys = sorted({k.removesuffix("_p50") for r in records for k in r.figures if k.endswith("_p50")})
+            for key in keys:
+                for q in ("p50", "p99"):
+                    rows.append((f"{job.name}: {key} {q}", [r.figures.get(f"{key}_{q}") for r in records], 3))
         elif job.kind == "pattern":
             shares = [r.figures.get("ideal_share") for r in records]
             rows.append((f"{job.name}: share of the non-blocking ideal", shares, 2))

@@ -21,6 +21,11 @@
       - {name: perm, kind: pattern, pattern: random, size: 20M, start_s: 0}
         # Hedera's patterns (NSDI'10), one long TCP flow per host: random (a permutation),
         # stride (stride: i), staggered (p_edge: 0.5, p_pod: 0.3); hosts: all unless listed
+      - {name: train, kind: command, hosts: [h1, h2, h5, h6], command: "{python} examples/ddp_train.py --steps 50",
+         timeout_s: 120, env: {GLOO_ALGO: ring}, master_port: 29500}
+        # your program, one rank per host (workloads/command): RANK, WORLD_SIZE, MASTER_ADDR, … set;
+        # command: a string (split as a shell would) or a list; {python} is the testbed's interpreter;
+        # numbers a rank writes as JSON lines to $STARNET_METRICS become the job's figures (p50, p99)
     faults:
       - {at_s: 5, kind: link_down, link: [s3, s1]}        # both ends, a cut cable
       - {at_s: 9, kind: link_up, link: [s3, s1]}
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +58,7 @@ from workloads.allreduce.schedule import ALGORITHMS
 from workloads.flows.schedule import PATTERNS
 from workloads.hosts import parse_size
 
-JOB_KINDS = ("allreduce", "incast", "background", "pattern")
+JOB_KINDS = ("allreduce", "incast", "background", "pattern", "command")
 DATAPLANES = ("soft", "bmv2", "auto")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,6 +86,10 @@ class JobSpecification:
     senders: list[str] = field(default_factory=list)
     load: float = 0.0
     seconds: float = 0.0
+    command: list[str] = field(default_factory=list)  # kind command: the program and its arguments
+    timeout_s: float = 0.0  # kind command: 0 = until the scenario's duration_s
+    env: dict[str, str] = field(default_factory=dict)
+    master_port: int = 29500
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,22 @@ class _Reader(Fields):
         if len(set(value)) != len(value):
             raise self.fail(where, f"lists a host twice: {value}")
         return list(value)
+
+    def command(self, value: Any, where: str) -> list[str]:
+        """A program and its arguments: a list of strings, or one string split as a shell would."""
+        if isinstance(value, str):
+            try:
+                argv = shlex.split(value)
+            except ValueError as exc:
+                raise self.fail(where, f"cannot split {value!r}: {exc}") from None
+        elif isinstance(value, list) and all(isinstance(v, str | int | float) and not isinstance(v, bool)
+                                             for v in value):
+            argv = [str(v) for v in value]
+        else:
+            raise self.fail(where, f"must be a string or a list of strings, got {value!r}")
+        if not argv:
+            raise self.fail(where, "is empty: give the program to run")
+        return argv
 
     def scenario(self, data: Any) -> Scenario:
         d = self.mapping(data, "", {"name", "seed", "dataplane", "modes", "duration_s", "topology", "jobs", "faults"})
@@ -217,7 +243,8 @@ class _Reader(Fields):
     def job(self, value: Any, where: str, topo: Topology, duration: float) -> JobSpecification:
         kinds = {"allreduce": {"hosts", "size", "iters", "algo", "port_base", "ports"},
                  "incast": {"receiver", "senders", "size"}, "background": {"hosts", "load", "seconds"},
-                 "pattern": {"hosts", "pattern", "size", "stride", "p_edge", "p_pod"}}
+                 "pattern": {"hosts", "pattern", "size", "stride", "p_edge", "p_pod"},
+                 "command": {"hosts", "command", "timeout_s", "env", "master_port"}}
         if not isinstance(value, dict):
             raise self.fail(where, f"must be a mapping, got {type(value).__name__}")
         kind = value.get("kind")
@@ -266,6 +293,19 @@ class _Reader(Fields):
             job.stride = int(self.number(d.get("stride", 1), f"{where}.stride", 1, len(job.hosts) - 1, integer=True))
             job.p_edge = float(self.number(d.get("p_edge", 0.5), f"{where}.p_edge", 0, 1))
             job.p_pod = float(self.number(d.get("p_pod", 0.3), f"{where}.p_pod", 0, 1 - job.p_edge))
+        elif kind == "command":
+            job.hosts = self.hosts(d.get("hosts", "all"), f"{where}.hosts", topo, allow_all=True)
+            job.command = self.command(d.get("command"), f"{where}.command")
+            job.timeout_s = float(self.number(d.get("timeout_s", duration), f"{where}.timeout_s", 0.1, duration))
+            env = d.get("env", {})
+            if not isinstance(env, dict):
+                raise self.fail(f"{where}.env", f"must be a mapping of NAME: value, got {env!r}")
+            for key, val in env.items():
+                if not isinstance(key, str) or not key or "=" in key or isinstance(val, dict | list):
+                    raise self.fail(f"{where}.env.{key}", f"must be NAME: value, got {key!r}: {val!r}")
+            job.env = {k: str(v) for k, v in env.items()}
+            job.master_port = int(self.number(d.get("master_port", 29500), f"{where}.master_port", 1024, 65535,
+                                              integer=True))
         else:
             job.hosts = self.hosts(d.get("hosts", "all"), f"{where}.hosts", topo, allow_all=True)
             if len(job.hosts) < 2:

@@ -1,6 +1,7 @@
 """python -m testbed run|scenario|report|clean|address|device-id
 
     run --topo NAME|FILE --dataplane auto|soft|bmv2   bring up a testbed and open the CLI
+    job --hosts h1,h2,… -- PROGRAM [ARGS]            run your program on the hosts, one rank each
     scenario FILE [--modes a,b] [--short F]          run a scenario file per mode, write its report
     report [REPORT.md]                               print the first table of the last (or given) report
     clean                                            end what earlier runs left (by recorded PID)
@@ -20,6 +21,7 @@ from emulation.rundir import RUNS, clean_all
 from wire import runfiles
 from wire.intmd import DSCP_INT
 from wire.realtime import DEFAULT_PRIORITY
+from workloads.command.__main__ import add_arguments as add_job_arguments
 
 
 def _latest_switches() -> dict:
@@ -151,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="INT on 1 in 2^N packets of each host flow (default 3; -1 = INT off)")
     run.add_argument("--int-dscp", type=int, default=DSCP_INT, choices=range(64), metavar="DSCP",
                      help="the DSCP that marks INT in the fabric (default %(default)s, CS4; README: INT and DSCP)")
+    job = sub.add_parser("job", help="run your own program on the running testbed's hosts, one rank per host "
+                         "(python -m workloads.command)")
+    add_job_arguments(job)
     scenario = sub.add_parser("scenario", help="run a scenario file (each mode on a fresh testbed) and report")
     scenario.add_argument("file")
     scenario.add_argument("--modes", help="comma-separated modes instead of the file's")
@@ -170,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         return cmd_run(args)
+    if args.command == "job":
+        from workloads.command.__main__ import main as job_main
+
+        return job_main(argv[1:] if argv is not None else sys.argv[2:], prog="testbed job")
     if args.command == "scenario":
         return cmd_scenario(args)
     if args.command == "report":

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from emulation.nodes import intf_name
 from emulation.rundir import RUNS, forget_pid
 from emulation.spawn import LocalSpawner, SpawnError
 from topologies.addressing import AddressPlan
@@ -34,20 +35,22 @@ def topology_order(topo: Topology, hosts: list[str]) -> list[str]:
 
 class NamespaceSpawner:
     """Starts rank processes inside Mininet hosts' namespaces through the testbed's spawner
-    (emulation/spawn.py), recorded in the run directory so `make clean` can end what a crashed job leaves."""
+    (emulation/spawn.py), recorded in the run directory so `make clean` can end what a crashed job leaves.
+    new_session: each process leads a session and process group of its own (mnexec -d)."""
 
-    def __init__(self, host_pids: dict[str, int], run_dir: Path, job: str) -> None:
+    def __init__(self, host_pids: dict[str, int], run_dir: Path, job: str, new_session: bool = False) -> None:
         if shutil.which("mnexec") is None:
             raise JobError("mnexec (Mininet) not found on PATH")
         self.spawner = LocalSpawner(run_dir, host_pids)
         self.run_dir = run_dir
         self.job = job
+        self.new_session = new_session
         self.labels: dict[int, str] = {}
 
     def __call__(self, endpoint: Endpoint, argv: list[str], log_path: Path) -> subprocess.Popen:
         label = f"rank-{self.job}-{endpoint.name}"
         try:
-            proc = self.spawner.start(label, argv, log_path, host=endpoint.name)
+            proc = self.spawner.start(label, argv, log_path, host=endpoint.name, new_session=self.new_session)
         except SpawnError as exc:
             raise JobError(str(exc)) from None
         self.labels[proc.pid] = label
@@ -116,8 +119,12 @@ class FabricView:
             raise JobError(f"hosts: {', '.join(missing)} not running in {self.run_dir.name}")
         return [Endpoint(h, self.plan.hosts[h].ip) for h in hosts]
 
-    def spawner(self, job: str) -> NamespaceSpawner:
-        return NamespaceSpawner(self.host_pids, self.run_dir, job)
+    def spawner(self, job: str, new_session: bool = False) -> NamespaceSpawner:
+        return NamespaceSpawner(self.host_pids, self.run_dir, job, new_session)
+
+    def interface(self, host: str) -> str:
+        """The host's fabric interface (h1-eth0), what GLOO_SOCKET_IFNAME and btl_tcp_if_include name."""
+        return intf_name(self.topo, host, self.topo.host_link(host).port_of(host))
 
     def job_dir(self, name: str) -> Path:
         """A new directory runs/<run>/jobs/<name>[-N]/ for one job's logs and results."""

@@ -75,11 +75,16 @@ class Spawner(Protocol):
 
 
 class LocalSpawner:
-    """Processes of this machine (all on loopback): for tests and quick checks."""
+    """Processes of this machine (all on loopback): for tests and quick checks. new_session: each
+    process leads a session and process group of its own (its children can be ended with it)."""
+
+    def __init__(self, new_session: bool = False) -> None:
+        self.new_session = new_session
 
     def __call__(self, endpoint: Endpoint, argv: list[str], log_path: Path) -> subprocess.Popen:
         with log_path.open("ab") as out:
-            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=self.new_session)
 
     def release(self, proc: subprocess.Popen) -> None:
         pass

@@ -1,9 +1,11 @@
-"""The CLI's workload commands: allreduce, incast, flows, jobs."""
+"""The CLI's workload commands: allreduce, incast, flows, job (your own program), jobs."""
 
 from __future__ import annotations
 
 from testbed.cli.base import Commands
 from workloads.allreduce.job import JobSpec, background
+from workloads.command.job import CommandSpec
+from workloads.command.job import background as background_command
 from workloads.fabric import FabricView
 from workloads.flows.job import background_job
 from workloads.flows.schedule import background as background_flows
@@ -12,7 +14,7 @@ from workloads.hosts import BackgroundJob, JobError, parse_size
 
 
 class JobCommands(Commands):
-    """Running collectives and flows: allreduce, incast, flows, jobs."""
+    """Running collectives, flows and programs: allreduce, incast, flows, job, jobs."""
 
     def _words(self, line: str, allowed: tuple[str, ...]) -> tuple[list[str], dict[str, str], bool]:
         """HOST... key=value... [bg]: the hosts (`all` = every host), the options, and whether in the background."""
@@ -85,9 +87,32 @@ class JobCommands(Commands):
             return
         self._launch(background_job(f"flows{len(self.jobs) + 1}", flows, view, "background", options.get("cc")), bg)
 
+    def do_job(self, line: str) -> None:
+        """job HOST...|all [name=N] [timeout=600] [port=29500] [order=given|topology] [bg] -- PROGRAM [ARGS]:
+        your program on the hosts, one rank each, started in their namespaces with RANK, WORLD_SIZE,
+        MASTER_ADDR/MASTER_PORT (the first host's) and GLOO_SOCKET_IFNAME set; per-rank exit codes and
+        output tails; a failing rank or the timeout ends the others (see `jobs`)."""
+        head, sep, program = line.partition(" -- ")
+        if not sep and line.startswith("-- "):
+            head, sep, program = "", "--", line[3:]
+        try:
+            if not sep or not program.split():
+                raise ValueError("give the program after ` -- `, e.g. job h1 h2 -- python3 train.py")
+            hosts, options, bg = self._words(head, ("name", "timeout", "port", "order"))
+            view = FabricView.of_testbed(self.tb)
+            spec = CommandSpec(argv=program.split(), hosts=hosts, name=options.get("name", f"job{len(self.jobs) + 1}"),
+                               order=options.get("order", "given"), timeout_s=float(options.get("timeout", 600)),
+                               master_port=int(options.get("port", 29500)))
+            spec.check()
+            view.endpoints(spec.hosts, spec.order)
+        except (JobError, ValueError) as exc:
+            self.stdout.write(f"job: {exc}\n")
+            return
+        self._launch(background_command(spec, view), bg)
+
     def do_jobs(self, line: str) -> None:
         """jobs: the all-reduce and flow jobs started in this session, with their results."""
         if not self.jobs:
-            self.stdout.write("no jobs yet (allreduce, incast, flows)\n")
+            self.stdout.write("no jobs yet (allreduce, incast, flows, job)\n")
         for job in self.jobs:
             self.stdout.write(job.describe() + "\n")

@@ -1,0 +1,95 @@
+"""A PyTorch DistributedDataParallel training on the CPU over Gloo, printing its step times.
+
+    python -m testbed job --hosts h1,h2,h5,h6 -- {python} examples/ddp_train.py --steps 50
+    python -m workloads.command --local 2 -- {python} examples/ddp_train.py --steps 5 --hidden 64
+
+A plain torch.distributed program (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the launcher, as
+torchrun gives them). The model is an MLP classifier on data the script generates (seeded: a fixed
+random teacher labels Gaussian inputs), each rank on its own shard; DDP all-reduces the gradients
+(--hidden sets their size: 4·(in·h + h·h + h·classes) bytes) every step. A step's time runs from
+its forward pass to the end of the optimiser step, so it holds the gradient all-reduce. Each step
+is printed and, with $STARNET_METRICS set, appended there as {"step", "step_s", "loss"}; the testbed
+summarises step_s (p50, p99) as the job's figures. --slow-rank R --slow-s S makes rank R sleep S
+seconds in every step: a straggler for the localiser to find. The last line says whether the loss fell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+INPUTS, CLASSES = 64, 10
+
+
+def shard(rank: int, samples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A rank's inputs and labels: Gaussian inputs, labelled by a teacher all ranks share."""
+    teacher = torch.Generator().manual_seed(seed)
+    weights = torch.randn(INPUTS, CLASSES, generator=teacher)
+    mine = torch.Generator().manual_seed(seed * 1000 + rank + 1)
+    x = torch.randn(samples, INPUTS, generator=mine)
+    return x, (x @ weights).argmax(dim=1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--batch", type=int, default=64, help="samples per rank and step")
+    parser.add_argument("--hidden", type=int, default=256, help="hidden width (the gradients' size)")
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--slow-rank", type=int, default=-1, help="this rank sleeps --slow-s in every step")
+    parser.add_argument("--slow-s", type=float, default=0.0)
+    parser.add_argument("--timeout-s", type=float, default=120.0, help="Gloo's timeout for one operation")
+    args = parser.parse_args()
+    if args.steps < 2 or args.batch < 1 or args.hidden < 1:
+        raise SystemExit("--steps must be >= 2, --batch and --hidden >= 1")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout_s))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(args.seed)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(INPUTS, args.hidden), nn.ReLU(),
+                                                  nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+                                                  nn.Linear(args.hidden, CLASSES)))
+    grad_bytes = 4 * sum(p.numel() for p in model.parameters())
+    optimiser = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    x, y = shard(rank, args.batch * 16, args.seed)
+    metrics = os.environ.get("STARNET_METRICS")
+    losses, times = [], []
+    if rank == 0:
+        print(f"# DDP over Gloo: {world} ranks, {grad_bytes} B of gradients per step, batch {args.batch} per rank")
+    for step in range(args.steps):
+        lo = (step * args.batch) % len(x)
+        xb, yb = x[lo:lo + args.batch], y[lo:lo + args.batch]
+        t0 = time.monotonic()
+        loss = nn.functional.cross_entropy(model(xb), yb)
+        optimiser.zero_grad()
+        loss.backward()  # DDP all-reduces the gradients here
+        if rank == args.slow_rank:
+            time.sleep(args.slow_s)
+        optimiser.step()
+        step_s = time.monotonic() - t0
+        losses.append(loss.item())
+        times.append(step_s)
+        print(f"step {step} loss {loss.item():.4f} time {step_s * 1e3:.1f} ms", flush=True)
+        if metrics:
+            with open(metrics, "a") as f:
+                f.write(json.dumps({"step": step, "step_s": step_s, "loss": loss.item()}) + "\n")
+    head, tail = sum(losses[:3]) / 3 if len(losses) >= 3 else losses[0], losses[-1]
+    ordered = sorted(times[1:])
+    verdict = "fell" if tail < head else "DID NOT FALL"
+    print(f"# rank {rank}: step time p50 {ordered[len(ordered) // 2] * 1e3:.1f} ms, "
+          f"max {ordered[-1] * 1e3:.1f} ms; loss {head:.3f} -> {tail:.3f} ({verdict})")
+    dist.destroy_process_group()
+    return 0 if tail < head else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
