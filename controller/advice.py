@@ -17,6 +17,12 @@ apart are hashed afresh, LetFlow's in-network answer to the same problem).
 A demand is a host pair with a flow INT saw carry data: for FLOW_TIMEOUT_S after its last data once
 ELEPHANT_REPORTS of its reports carried some, for a few report gaps (MOUSE_TIMEOUT_S and more on a
 slow NIC) before that — a reply or an idle connection's message does not take a transfer's share.
+And only while it carries data at a transfer's rate (`transfers`): once INT has measured a flow's
+rate, it is a demand from TRANSFER_SHARE of its NIC's rate on, and stays one down to CHATTER_SHARE;
+below, it is chatter — a collective's connection carrying its peer's small notifications (Gloo's
+ring: each rank sends its right neighbour the data and its left one a few bytes per segment) —
+unpaced (its few kbit/s fit in the η headroom), and the NIC is the transfer's. Counted as a
+transfer, that chatter halved every rank's rate for a PyTorch all-reduce (0.52x of mode none).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from controller.advisor import AdvisorParams, Demand, LinkState, advise, changed
 from controller.paths import FlowKey, PathScheduler
 from controller.program import INT_SAMPLE_LOG2
 from controller.routing import Route
-from controller.telemetry import Collector, TelemetrySnapshot
+from controller.telemetry import RATE_WINDOW_S, Collector, TelemetrySnapshot
 from topologies.addressing import AddressPlan
 from topologies.spec import LinkId, Topology, egress_link, nic_link
 from wire import runfiles
@@ -61,6 +67,8 @@ MOUSE_TIMEOUT_S = 0.2
 MOUSE_REPORT_GAPS = 4
 ELEPHANT_REPORTS = 2  # mode paths places a flow once this many of its INT reports carried data
 PLACED_TIMEOUT_S = 3.0  # ... and forgets it this long after its last data
+TRANSFER_SHARE = 0.02  # a measured flow is a transfer from this share of its NIC's rate ...
+CHATTER_SHARE = 0.005  # ... and stays one down to this share
 SUBSCRIBER_QUEUE = 4096
 IDLE_WAKE_S = 0.1  # with nothing changing, the loop still looks this often (expiring flows, refreshes)
 DEFAULT_PARAMS = AdvisorParams()
@@ -110,6 +118,9 @@ class AdviceLoop:
         self.mouse_timeout_s = {address.ip: max(MOUSE_TIMEOUT_S, MOUSE_REPORT_GAPS * report_gap_bits
                                                 / self.capacity[nic_link(name)])
                                 for name, address in plan.hosts.items()}
+        self.sample_factor = 1 << max(0, int_sample_log2 or 0)  # INT's packets per sampled packet
+        self.transfers: set[FlowKey] = set()  # measured flows at a transfer's rate (hysteresis)
+        self.chatter: set[FlowKey] = set()  # measured flows below it: no demand, not placed
         self.steps = 0  # decisions taken (each step() in mode advice that got past "nothing changed")
         # Mode paths: the placement (its capacities are these, shrunk by failures) and where its
         # flow_pin updates go (the controller writes them; by default nowhere).
@@ -241,7 +252,8 @@ class AdviceLoop:
         not over, and unpinned and pinned again it could come back on another path."""
         placed = self.paths.placed
         return [key for key, flow in snap.flows.items()
-                if flow.data_at is not None and key[0] in self.host_by_ip and key[1] in self.host_by_ip
+                if flow.data_at is not None and key not in self.chatter
+                and key[0] in self.host_by_ip and key[1] in self.host_by_ip
                 and ((now - flow.data_at <= FLOW_TIMEOUT_S and flow.data_reports >= ELEPHANT_REPORTS)
                      or (key in placed and now - flow.data_at <= PLACED_TIMEOUT_S))]
 
@@ -254,15 +266,39 @@ class AdviceLoop:
                     for key in flows if key not in self.paths.placed}
         self.paths.schedule(flows, now, observed)
 
+    def classify(self, now: float, snap: TelemetrySnapshot) -> None:
+        """Measured flows into transfers and chatter (the module's docstring): a flow's data rate is
+        its sampled rate times the sampling factor — over its open window once that is RATE_WINDOW_S
+        old (a flow gone quiet sends no report to close it: its silence counts), else over its last
+        closed one; thresholds are shares of its source NIC's rate. A flow younger than one window
+        is neither (it is a demand while it carries data, as any new flow)."""
+        transfers: set[FlowKey] = set()
+        chatter: set[FlowKey] = set()
+        for key, flow in snap.flows.items():
+            if key[0] not in self.host_by_ip:
+                continue
+            rate_bps = flow.sampled_bps
+            if now - flow.window_at >= RATE_WINDOW_S:
+                rate_bps = flow.window_bytes * 8 / (now - flow.window_at)
+            if rate_bps is None:
+                continue
+            nic_bps = self.capacity[nic_link(self.host_by_ip[key[0]])]
+            share = CHATTER_SHARE if key in self.transfers else TRANSFER_SHARE
+            (transfers if rate_bps * self.sample_factor >= share * nic_bps else chatter).add(key)
+        self.transfers, self.chatter = transfers, chatter
+
     def demands(self, now: float, snap: TelemetrySnapshot) -> list[Demand]:
         pairs: dict[tuple[str, str], dict] = {}
-        for (src, dst, _proto, _sport, _dport), flow in snap.flows.items():
+        for flow_key, flow in snap.flows.items():
+            src, dst = flow_key[0], flow_key[1]
             if now - flow.updated > FLOW_TIMEOUT_S or src not in self.host_by_ip or dst not in self.host_by_ip:
                 continue
             if flow.data_at is None or now - flow.data_at > FLOW_TIMEOUT_S:
                 continue  # only ACKs seen lately: the other direction's transfer, not a demand of its own
             if flow.data_reports < ELEPHANT_REPORTS and now - flow.data_at > self.mouse_timeout_s[src]:
                 continue  # a few packets of data and then none: a reply or a message, not a transfer
+            if flow_key in self.chatter:
+                continue  # data, but at a few kbit/s: a connection's notifications, not a transfer
             entry = pairs.setdefault((src, dst), {"flows": 0, "links": None})
             entry["flows"] += 1  # kept for the log; shares are per host pair (a control connection is a flow too)
             entry["links"] = (nic_link(self.host_by_ip[src]),) + tuple(egress_link(sw, out) for sw, _, out in flow.hops)
@@ -297,6 +333,7 @@ class AdviceLoop:
         if self.mode not in ADVISED:
             return {}
         snap = self.collector.snapshot()
+        self.classify(now, snap)
         if self.mode == "paths":
             self._place(now, snap)
             self._write_pins()

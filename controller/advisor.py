@@ -35,9 +35,14 @@ class AdvisorParams:
     mtu_bytes: bytes per queued packet; min_share: floor of a link's offered capacity (fraction);
     queue_allowance_pkts: standing queue not worth draining (the jitter of uncoordinated senders);
     drain_frames: the horizon is at least this many of the link's frame times (mtu_bytes at its
-    capacity) — each standing frame then costs at most capacity / drain_frames (0: no such bound)."""
+    capacity) — each standing frame then costs at most capacity / drain_frames (0: no such bound);
+    eta_alone: target utilisation of a link only one demand crosses — η's headroom is for several
+    uncoordinated paced senders meeting at one queue; one sender alone builds none faster than its
+    pacer errs (and the drain term answers a standing queue as on any link). At η a job alone on
+    its paths ran at 0.95 of what it had without advice."""
 
     eta: float = 0.95
+    eta_alone: float = 0.99
     drain_s: float = 0.100
     mtu_bytes: int = 1514
     min_share: float = 0.10
@@ -68,13 +73,16 @@ def offered_capacity(link: LinkState, params: AdvisorParams) -> float:
     return float(offered_capacities(np.array([link.capacity_bps]), np.array([link.queue_pkts]), params)[0])
 
 
-def offered_capacities(capacity_bps: np.ndarray, queue_pkts: np.ndarray, params: AdvisorParams) -> np.ndarray:
-    """offered_capacity over arrays of links."""
+def offered_capacities(capacity_bps: np.ndarray, queue_pkts: np.ndarray, params: AdvisorParams,
+                       crossings: np.ndarray | None = None) -> np.ndarray:
+    """offered_capacity over arrays of links; crossings: how many demands cross each (None: many),
+    a link with one offered at eta_alone."""
     standing = np.maximum(0.0, queue_pkts - params.queue_allowance_pkts)
     frame_bits = params.mtu_bytes * 8
     horizon_s = np.maximum(params.drain_s, params.drain_frames * frame_bits / np.maximum(capacity_bps, EPS))
     drain_bps = standing * frame_bits / horizon_s if params.drain_s > 0 else np.zeros_like(standing)
-    return np.maximum(capacity_bps * params.eta - drain_bps, capacity_bps * params.min_share)
+    eta = params.eta if crossings is None else np.where(crossings == 1, max(params.eta, params.eta_alone), params.eta)
+    return np.maximum(capacity_bps * eta - drain_bps, capacity_bps * params.min_share)
 
 
 class Incidence:
@@ -284,7 +292,10 @@ def advise(demands: Sequence[Demand], links: Mapping[Any, LinkState],
     states = list(links.values())
     capacity_bps = np.fromiter((s.capacity_bps for s in states), dtype=float, count=len(states))
     queue_pkts = np.fromiter((s.queue_pkts for s in states), dtype=float, count=len(states))
-    rates = fill(Incidence(demands, list(links), offered_capacities(capacity_bps, queue_pkts, params)))
+    inc = Incidence(demands, list(links), capacity_bps)
+    inc.capacity = offered_capacities(capacity_bps, queue_pkts, params,
+                                      np.bincount(inc.link_of, minlength=len(states)))
+    rates = fill(inc)
     out: dict[tuple[str, str], float] = defaultdict(float)
     for demand, rate in zip(demands, rates, strict=True):
         out[(demand.src, demand.dst)] += rate

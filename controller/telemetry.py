@@ -37,6 +37,7 @@ MIN_RATE_INTERVAL_US = 20_000
 # least STANDING_FRAMES frame times (at 1 Mbit/s one frame is 12 ms: 20 ms would hold one reading).
 STANDING_WINDOW_US = 20_000
 STANDING_FRAMES = 8
+RATE_WINDOW_S = 0.2  # a flow's sampled data rate is counted over windows at least this long
 BACKLOG_PKTS = 3  # drain rates: both samples found at least this queue ...
 BACKLOG_INTERVAL_US = 20_000  # ... and left at most this far apart
 SERIES_FIELDS = runfiles.TELEMETRY_FIELDS
@@ -88,12 +89,20 @@ class FlowPath:
     data_at: when a reported packet of it last carried payload (None: only pure ACKs so far — the
     reverse direction of a TCP transfer is a flow to INT, but no demand); data_reports: how many of
     its reports carried payload (a flow that keeps sending is reported again every 10 ms or so; a
-    short exchange, such as a control connection's, once or twice)."""
+    short exchange, such as a control connection's, once or twice); sampled_bps: the payload of its
+    reported packets per second over its last RATE_WINDOW_S or more (None until one has passed) —
+    times the sampling factor 2^N a lower bound of its data rate (a sink reports a flow at most once
+    per 10 ms), exact where its packets are fewer: a collective's idle connection carrying its
+    peers' small notifications shows tens of kbit/s, a transfer at its NIC's rate megabits;
+    window_at, window_bytes: the window being counted."""
 
     hops: tuple[tuple[str, int, int], ...]
     updated: float
     data_at: float | None = None
     data_reports: int = 0
+    sampled_bps: float | None = None
+    window_at: float = 0.0
+    window_bytes: int = 0
 
 
 FlowKey = tuple[str, str, int, int, int]  # src ip, dst ip, IP protocol, src port, dst port
@@ -197,10 +206,18 @@ class Collector:
             if self.lateness is not None:
                 self.lateness.hop(switch, hop, wall)
         previous = self._flows.get(flow)
-        data = payload_bytes(frame) > 0
-        data_at = now if data else (previous.data_at if previous else None)
+        payload = payload_bytes(frame)
+        data_at = now if payload else (previous.data_at if previous else None)
+        sampled_bps, window_at, window_bytes = None, now, payload
+        if previous is not None:
+            sampled_bps, window_at, window_bytes = previous.sampled_bps, previous.window_at, previous.window_bytes
+            if now - window_at >= RATE_WINDOW_S:  # the window closes: its rate, and a new one from here
+                sampled_bps, window_at, window_bytes = window_bytes * 8 / (now - window_at), now, payload
+            else:
+                window_bytes += payload
         self._flows[flow] = FlowPath(tuple(reversed(path)), now, data_at,
-                                     (previous.data_reports if previous else 0) + data)
+                                     (previous.data_reports if previous else 0) + (payload > 0), sampled_bps,
+                                     window_at, window_bytes)
         if self._flow_file is not None and data_at is not None and (previous is None or previous.data_at is None):
             csv.writer(self._flow_file).writerow([f"{wall:.6f}", *flow, " ".join(p[0] for p in reversed(path)),
                                                   stack.hops[-1].egress_ts_us, stack.hops[0].egress_ts_us])

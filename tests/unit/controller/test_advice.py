@@ -6,12 +6,15 @@ from __future__ import annotations
 import time
 
 import pytest
+from scapy.layers.inet import IP, TCP
+from scapy.layers.l2 import Ether
 
 from controller.advice import AdviceLoop
 from controller.telemetry import Collector
 from tests.unit.controller.test_telemetry import ack_report, hop, report
 from topologies import leafspine
 from topologies.addressing import AddressPlan
+from wire.intmd import DSCP_INT, Hop, IntStack
 
 
 def leafspine_loop(tmp_path) -> tuple[dict[str, int], Collector, AdviceLoop]:
@@ -35,7 +38,46 @@ def test_only_flows_that_carry_data_are_demands(tmp_path):
         demands = loop.demands(now, collector.snapshot())
         assert [(d.src, d.dst) for d in demands] == [("10.0.3.1", "10.0.4.1")]
         advice = loop.step(now)
-        assert advice == {("10.0.3.1", "10.0.4.1"): 20e6 * 0.95}
+        assert advice == {("10.0.3.1", "10.0.4.1"): 20e6 * 0.99}  # alone on its links: eta_alone
+    finally:
+        loop.close()
+
+
+def tcp_report(src: str, dst: str, hops: list[Hop], payload_len: int, sport: int = 40000) -> bytes:
+    stack = IntStack(orig_dscp=0, remaining_hop_cnt=6 - len(hops), hops=hops)
+    return bytes(Ether() / IP(src=src, dst=dst, tos=DSCP_INT << 2) / TCP(sport=sport, dport=29500, flags="PA")
+                 / (stack.pack() + bytes(payload_len)))
+
+
+def test_a_connections_notifications_are_chatter_and_the_nic_is_the_transfers(tmp_path):
+    # Gloo's ring: h1 sends h5 the data and h2 (its other neighbour) a few bytes per segment.
+    ids, collector, loop = leafspine_loop(tmp_path)
+    to_h5 = [hop(ids["s4"], 1, 0, 10), hop(ids["s1"], 2, 0, 10), hop(ids["s3"], 5, 0, 10)]
+    to_h2 = [hop(ids["s3"], 2, 0, 10)]
+    h1, h2, h5 = "10.0.3.1", "10.0.3.2", "10.0.4.1"
+    try:
+        t = time.monotonic()
+        for i in range(40):  # 0.4 s: h1 → h5 reported every 10 ms, full segments; h1 → h2 every 100 ms, 16 B
+            collector.feed(tcp_report(h1, h5, to_h5, 1448), now=t + i * 0.01)
+            if i % 10 == 0:
+                collector.feed(tcp_report(h1, h2, to_h2, 16, sport=41000), now=t + i * 0.01)
+            if i == 5:  # not measured yet: both are demands, as any new flow
+                assert loop.step(t + i * 0.01) == {(h1, h5): pytest.approx(9.5e6), (h1, h2): pytest.approx(9.5e6)}
+        advice = loop.step(t + 0.4)
+        assert advice[(h1, h5)] == pytest.approx(20e6 * 0.99) and advice[(h1, h2)] == 0  # cleared
+        assert (h1, h2, 6, 41000, 29500) in loop.chatter and (h1, h5, 6, 40000, 29500) in loop.transfers
+        assert [f for f in loop.active_flows(t + 0.4, collector.snapshot()) if f[1] == h2] == []  # never placed
+        for i in range(40, 70):  # the connection turns into a transfer: a demand once measured
+            collector.feed(tcp_report(h1, h5, to_h5, 1448), now=t + i * 0.01)
+            collector.feed(tcp_report(h1, h2, to_h2, 1448, sport=41000), now=t + i * 0.01)
+        assert loop.step(t + 0.7) == {(h1, h5): pytest.approx(9.5e6), (h1, h2): pytest.approx(9.5e6)}
+        # a transfer slowed to 1% of its NIC stays one (hysteresis down to 0.5%) ...
+        for i in range(70, 100):
+            collector.feed(tcp_report(h1, h5, to_h5, 1448), now=t + i * 0.01)
+            if i % 10 == 0:
+                collector.feed(tcp_report(h1, h2, to_h2, 300, sport=41000), now=t + i * 0.01)
+        loop.step(t + 1.0)
+        assert (h1, h2, 6, 41000, 29500) in loop.transfers  # 300 B per 100 ms × 8 = 192 kbit/s ≥ 0.5%
     finally:
         loop.close()
 

@@ -64,12 +64,22 @@ def test_a_standing_queue_lowers_the_offer_so_it_drains():
 
 def test_a_slow_link_drains_over_its_own_frame_times():
     # 1 Mbit/s: a 1500 B frame is 12 ms on the wire; 8 standing frames over 100 ms would be the whole link.
-    params = AdvisorParams(eta=0.95, drain_s=0.100, mtu_bytes=1500, drain_frames=64)
+    params = AdvisorParams(eta=0.95, eta_alone=0.95, drain_s=0.100, mtu_bytes=1500, drain_frames=64)
     queued = advise([Demand("a", "x", ("L",))], {"L": LinkState(1 * M, queue_pkts=8)}, params)
     assert queued[("a", "x")] == pytest.approx(0.95 * M - 8 * M / 64)  # each frame costs capacity / 64
     # at 20 Mbit/s the 100 ms horizon is the longer (64 frames: 38 ms): 8 × 1500 B over 100 ms
     fast = advise([Demand("a", "x", ("L",))], {"L": LinkState(20 * M, queue_pkts=8)}, params)
     assert fast[("a", "x")] == pytest.approx(19 * M - 0.96 * M)
+
+
+def test_a_link_one_demand_crosses_is_offered_at_eta_alone_a_shared_one_at_eta():
+    params = AdvisorParams(eta=0.95, eta_alone=0.99)
+    links = {"nic-a": LinkState(20 * M), "nic-b": LinkState(20 * M), "down": LinkState(20 * M),
+             "other": LinkState(20 * M)}
+    alone = advise([Demand("a", "x", ("nic-a", "other"))], links, params)
+    assert alone[("a", "x")] == pytest.approx(19.8 * M)
+    shared = advise([Demand("a", "x", ("nic-a", "down")), Demand("b", "x", ("nic-b", "down"))], links, params)
+    assert shared == {("a", "x"): pytest.approx(9.5 * M), ("b", "x"): pytest.approx(9.5 * M)}
 
 
 def test_bad_input_is_named():
