@@ -1,6 +1,6 @@
 """The testbed's Mininet CLI: Mininet's commands (pingall, iperf, hN cmd ...) plus a banner and the
 project's commands, one module per concern — the fabric (fabric.py: switches, queues, int, advice,
-mode, fidelity, iperf), workloads (jobs.py: allreduce, incast, flows, jobs), faults and their
+mode, fidelity, iperf), workloads (jobs.py: allreduce, incast, flows, job, jobs), faults and their
 localisation (faults.py: fail, restore, loss, slow, rate, flap, diagnose), the lab (lab.py:
 scenario, report); their arguments (args.py)."""
 
@@ -30,7 +30,8 @@ def banner(tb: Testbed) -> str:
         "  logs: switches/<name>.log, controller.log, p4runtime-requests.log",
         "  try: pingall | iperf h1 h8 | h1 ping -c3 h8 | switches | queues s3 | int s3 | advice | mode advice",
         "       allreduce h1 h2 h5 h6 size=8M algo=ring|tree|hd|auto iters=5 [bg] | incast h5 h1 h2 h3 size=1M",
-        "       flows all load=0.3 seconds=10 [bg] | jobs | fidelity | exit",
+        "       flows all load=0.3 seconds=10 [bg] | job all -- {python} examples/ddp_train.py [bg] | jobs",
+        "       fidelity | exit",
     ]
     return "\n".join(lines) + "\n"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from testbed.cli.base import Commands
 from workloads.allreduce.job import JobSpec, background
 from workloads.command.job import CommandSpec
@@ -100,7 +102,8 @@ class JobCommands(Commands):
                 raise ValueError("give the program after ` -- `, e.g. job h1 h2 -- python3 train.py")
             hosts, options, bg = self._words(head, ("name", "timeout", "port", "order"))
             view = FabricView.of_testbed(self.tb)
-            spec = CommandSpec(argv=program.split(), hosts=hosts, name=options.get("name", f"job{len(self.jobs) + 1}"),
+            spec = CommandSpec(argv=shlex.split(program), hosts=hosts,
+                               name=options.get("name", f"job{len(self.jobs) + 1}"),
                                order=options.get("order", "given"), timeout_s=float(options.get("timeout", 600)),
                                master_port=int(options.get("port", 29500)))
             spec.check()

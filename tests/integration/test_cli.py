@@ -65,9 +65,16 @@ def test_cli_pingall_and_queues_through_a_tty():
         child.sendline("flows h1 h2 h9")
         child.expect_exact("flows: hosts: h9 not in topology")
         child.expect_exact("mininet> ")
+        child.sendline("job h1 h5 -- sh -c 'echo rank $RANK of $WORLD_SIZE via $GLOO_SOCKET_IFNAME'")
+        child.expect(r"1 +h5 +0 +ok +[\d.]+ +rank 1 of 2 via h5-eth0", timeout=30)  # your program, a rank per host
+        child.expect_exact("mininet> ")
+        child.sendline("job h1 h5 python3")
+        child.expect_exact("job: give the program after ` -- `")
+        child.expect_exact("mininet> ")
         child.sendline("jobs")
         child.expect(r"allreduce1: done, h1 h2 h5 h6; ring 262144 B busbw [\d.]+ Mbit/s, 0 wrong")
         child.expect(r"incast2: done, incast, 2 of 2 flows completed")
+        child.expect(r"job3: ok: all 2 ranks exited 0")
         child.expect_exact("mininet> ")
         child.sendline("fail s3 s1")  # the controller's timeline row for the cut, as it comes
         child.expect(r"controller: s1-s3 down detected \d+ ms after, \d+ route updates written")

@@ -23,6 +23,8 @@ jobs:
   - {name: bg, kind: background, hosts: all, load: 0.1, seconds: 5}
   - {name: pat, kind: pattern, pattern: staggered, p_edge: 0.4, p_pod: 0.2, size: 2M}
   - {name: fixed, kind: allreduce, hosts: [h2, h4], size: 64K, ports: fixed}
+  - {name: train, kind: command, hosts: [h1, h3], command: "{python} ddp.py --name 'a b'", timeout_s: 20,
+     env: {GLOO_ALGO: ring, N: 2}}
 faults:
   - {at_s: 2, kind: link_down, link: [s3, s1]}
   - {at_s: 4, kind: loss, link: [s1, s4], percent: 2.5}
@@ -41,7 +43,10 @@ def test_every_experiment_file_parses(path):
 
 def test_a_good_file_reads_as_written():
     s = parse_scenario(GOOD)
-    assert [j.name for j in s.jobs] == ["ar", "inc", "bg", "pat", "fixed"]
+    assert [j.name for j in s.jobs] == ["ar", "inc", "bg", "pat", "fixed", "train"]
+    train = s.jobs[5]
+    assert (train.command, train.hosts, train.timeout_s, train.env, train.master_port) == (
+        ["{python}", "ddp.py", "--name", "a b"], ["h1", "h3"], 20, {"GLOO_ALGO": "ring", "N": "2"}, 29500)
     assert (s.jobs[0].ports, s.jobs[4].ports) == ("ephemeral", "fixed")  # ephemeral unless asked
     assert (s.jobs[3].pattern, s.jobs[3].p_edge, s.jobs[3].p_pod, s.jobs[3].size_bytes) == ("staggered", 0.4, 0.2,
                                                                                            2 << 20)
@@ -88,6 +93,14 @@ def test_a_good_file_reads_as_written():
     ("p_pod: 0.2", "p_pod: 0.7", r"jobs\[3\]\.p_pod: must be in \[0, 0\.6\]"),
     ("ports: fixed", "ports: random", r"jobs\[4\]\.ports: 'random' is not one of ephemeral, fixed"),
     ("ports: fixed", "ports: ephemeral, port_base: 30000", r"jobs\[4\]\.ports: port_base gives fixed ports"),
+    ("command: \"{python} ddp.py --name 'a b'\"", 'command: " "', r"jobs\[5\]\.command: is empty"),
+    ("command: \"{python} ddp.py --name 'a b'\"", "command: [python, {x: 1}]",
+     r"jobs\[5\]\.command: must be a string or a list of strings"),
+    ("command: \"{python} ddp.py --name 'a b'\"", "command: \"python 'unclosed\"", r"jobs\[5\]\.command: cannot split"),
+    ("timeout_s: 20", "timeout_s: 99", r"jobs\[5\]\.timeout_s: must be in \[0\.1, 30\]"),
+    ("env: {GLOO_ALGO: ring, N: 2}", "env: [GLOO_ALGO]", r"jobs\[5\]\.env: must be a mapping"),
+    ("env: {GLOO_ALGO: ring, N: 2}", "env: {GLOO_ALGO: [a]}", r"jobs\[5\]\.env\.GLOO_ALGO: must be NAME: value"),
+    ("timeout_s: 20,", "timeout_s: 20, master_port: 80,", r"jobs\[5\]\.master_port: must be in \[1024, 65535\]"),
 ])
 def test_bad_files_name_the_field(old, new, field):
     assert old in GOOD
@@ -107,6 +120,23 @@ def _run(mode: str, busbw: float, p99: float, drops: int, elapsed: float) -> Mod
                     figures={"busbw_mbps": busbw})
     ports = [PortFigures("s3", 3, "s1", 50, p99, p99, drops, 0.8), PortFigures("s3", 1, "h1", 50, 1, 1, 0, 0.1)]
     return ModeRun(mode, "/nonexistent", 0.0, 10.0, "timing held", 0.9, [job], ports, [])
+
+
+def test_a_command_jobs_rows_are_its_completion_time_and_its_ranks_figures():
+    s = parse_scenario(GOOD)
+    s.jobs = [j for j in s.jobs if j.name == "train"]
+
+    def run(mode: str, step_s: float, ok: bool = True) -> ModeRun:
+        job = JobRecord("train", "command", 0.0, started=10.0, ended=40.0, ok=ok,
+                        figures={"status": "ok" if ok else "failed", "step_s_p50": step_s, "step_s_p99": 2 * step_s,
+                                 "step_s_n": 100})
+        return ModeRun(mode, "/nonexistent", 0.0, 10.0, "timing held", 0.9, [job], [], [])
+
+    runs = {"none": run("none", 0.4), "advice": run("advice", 0.3)}
+    table = first_table(ScenarioResult(s, Path("/nonexistent"), runs))
+    assert "| train: job completion time (s) | 30.0 | 30.0 | 1.00× |" in table
+    assert "| train: step_s p50 | 0.400 | 0.300 | 0.75× |" in table
+    assert "| train: step_s p99 | 0.800 | 0.600 | 0.75× |" in table
 
 
 def test_first_table_puts_modes_side_by_side_with_the_ratio():
