@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := mininet iproute2 iperf iperf3 iputils-ping ethtool python3-venv
 # For the tests of the VM's files (Vagrantfile, vm/provision.sh)
 APT_PACKAGES += ruby shellcheck
+# Open MPI and its mpi4py, for MPI jobs of your own (python -m testbed job --mpi; examples/mpi_allreduce.py)
+APT_PACKAGES += openmpi-bin python3-mpi4py
 TOPO ?= leafspine
 DATAPLANE ?= auto
 # MODE: none | ecn | advice | bbr
@@ -35,9 +37,11 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,plot,torch]'
-	@# Expose Debian's mininet package (and only it) to the venv, so the venv takes no PyPI mininet.
+	@# Expose Debian's mininet and mpi4py packages (and only them) to the venv, so the venv takes no
+	@# PyPI mininet, and mpi4py is the one built against Debian's Open MPI.
 	@mkdir -p $(VENV)/debian-mininet
 	@ln -sfn /usr/lib/python3/dist-packages/mininet $(VENV)/debian-mininet/mininet
+	@ln -sfn /usr/lib/python3/dist-packages/mpi4py $(VENV)/debian-mininet/mpi4py
 	@$(PY) -c 'import site,sys; open(site.getsitepackages()[0]+"/debian-mininet.pth","w").write(sys.prefix+"/debian-mininet\n")'
 	@touch $@
 

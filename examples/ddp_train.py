@@ -87,6 +87,7 @@ def main() -> int:
     verdict = "fell" if tail < head else "DID NOT FALL"
     print(f"# rank {rank}: step time p50 {ordered[len(ordered) // 2] * 1e3:.1f} ms, "
           f"max {ordered[-1] * 1e3:.1f} ms; loss {head:.3f} -> {tail:.3f} ({verdict})")
+    dist.barrier()  # every rank done before any tears Gloo down (else a late one may abort in its teardown)
     dist.destroy_process_group()
     return 0 if tail < head else 1
 

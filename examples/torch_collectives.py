@@ -146,6 +146,7 @@ def main() -> int:
     if rank == 0:
         print(f"# Out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")
         print(f"# Avg bus bandwidth    : {sum(busbws) / len(busbws):.4f} GB/s")
+    dist.barrier()  # every rank done before any tears Gloo down (else a late one may abort in its teardown)
     dist.destroy_process_group()
     return 1 if total_wrong else 0
 

@@ -200,7 +200,8 @@ def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: 
             # ended by its timeout, or when the scenario's duration_s is over, whichever comes first
             timeout_s = max(0.1, min(job.timeout_s, deadline - time.monotonic()))
             ran = run_command(CommandSpec(argv=job.command, hosts=job.hosts, name=name, timeout_s=timeout_s,
-                                          env=job.env, master_port=job.master_port), view, progress=say)
+                                          env=job.env, master_port=job.master_port, launcher=job.launcher,
+                                          mpi_args=job.mpi_args), view, progress=say)
             record.figures = {"status": ran.status, "elapsed_s": ran.elapsed_s, **ran.metrics}
             record.workdir = str(ran.workdir)
             record.ok = ran.ok

@@ -25,7 +25,8 @@
          timeout_s: 120, env: {GLOO_ALGO: ring}, master_port: 29500}
         # your program, one rank per host (workloads/command): RANK, WORLD_SIZE, MASTER_ADDR, … set;
         # command: a string (split as a shell would) or a list; {python} is the testbed's interpreter;
-        # numbers a rank writes as JSON lines to $STARNET_METRICS become the job's figures (p50, p99)
+        # numbers a rank writes as JSON lines to $STARNET_METRICS become the job's figures (p50, p99);
+        # launcher: mpi runs one mpirun (Open MPI) in the first host, mpi_args its own options
     faults:
       - {at_s: 5, kind: link_down, link: [s3, s1]}        # both ends, a cut cable
       - {at_s: 9, kind: link_up, link: [s3, s1]}
@@ -55,6 +56,7 @@ from topologies.generators import GENERATORS
 from topologies.spec import Topology
 from wire.yamlfile import Fields, parse_yaml, read_file
 from workloads.allreduce.schedule import ALGORITHMS
+from workloads.command.job import LAUNCHERS
 from workloads.flows.schedule import PATTERNS
 from workloads.hosts import parse_size
 
@@ -90,6 +92,8 @@ class JobSpecification:
     timeout_s: float = 0.0  # kind command: 0 = until the scenario's duration_s
     env: dict[str, str] = field(default_factory=dict)
     master_port: int = 29500
+    launcher: str = "direct"  # kind command: direct (a process per host) | mpi (one mpirun)
+    mpi_args: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -244,7 +248,7 @@ class _Reader(Fields):
         kinds = {"allreduce": {"hosts", "size", "iters", "algo", "port_base", "ports"},
                  "incast": {"receiver", "senders", "size"}, "background": {"hosts", "load", "seconds"},
                  "pattern": {"hosts", "pattern", "size", "stride", "p_edge", "p_pod"},
-                 "command": {"hosts", "command", "timeout_s", "env", "master_port"}}
+                 "command": {"hosts", "command", "timeout_s", "env", "master_port", "launcher", "mpi_args"}}
         if not isinstance(value, dict):
             raise self.fail(where, f"must be a mapping, got {type(value).__name__}")
         kind = value.get("kind")
@@ -306,6 +310,10 @@ class _Reader(Fields):
             job.env = {k: str(v) for k, v in env.items()}
             job.master_port = int(self.number(d.get("master_port", 29500), f"{where}.master_port", 1024, 65535,
                                               integer=True))
+            job.launcher = self.one_of(d.get("launcher", "direct"), f"{where}.launcher", LAUNCHERS)
+            job.mpi_args = self.command(d["mpi_args"], f"{where}.mpi_args") if "mpi_args" in d else []
+            if job.mpi_args and job.launcher != "mpi":
+                raise self.fail(f"{where}.mpi_args", "only with launcher: mpi")
         else:
             job.hosts = self.hosts(d.get("hosts", "all"), f"{where}.hosts", topo, allow_all=True)
             if len(job.hosts) < 2:

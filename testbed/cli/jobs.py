@@ -90,22 +90,24 @@ class JobCommands(Commands):
         self._launch(background_job(f"flows{len(self.jobs) + 1}", flows, view, "background", options.get("cc")), bg)
 
     def do_job(self, line: str) -> None:
-        """job HOST...|all [name=N] [timeout=600] [port=29500] [order=given|topology] [bg] -- PROGRAM [ARGS]:
-        your program on the hosts, one rank each, started in their namespaces with RANK, WORLD_SIZE,
-        MASTER_ADDR/MASTER_PORT (the first host's) and GLOO_SOCKET_IFNAME set; per-rank exit codes and
-        output tails; a failing rank or the timeout ends the others (see `jobs`)."""
+        """job HOST...|all [name=N] [timeout=600] [port=29500] [order=given|topology] [launcher=direct|mpi] [bg]
+        -- PROGRAM [ARGS]: your program on the hosts, one rank each, started in their namespaces with
+        RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT (the first host's) and GLOO_SOCKET_IFNAME set
+        (launcher=mpi: one mpirun in the first host, a slot per host); per-rank exit codes and output
+        tails; a failing rank or the timeout ends the others (see `jobs`)."""
         head, sep, program = line.partition(" -- ")
         if not sep and line.startswith("-- "):
             head, sep, program = "", "--", line[3:]
         try:
             if not sep or not program.split():
                 raise ValueError("give the program after ` -- `, e.g. job h1 h2 -- python3 train.py")
-            hosts, options, bg = self._words(head, ("name", "timeout", "port", "order"))
+            hosts, options, bg = self._words(head, ("name", "timeout", "port", "order", "launcher"))
             view = FabricView.of_testbed(self.tb)
             spec = CommandSpec(argv=shlex.split(program), hosts=hosts,
                                name=options.get("name", f"job{len(self.jobs) + 1}"),
                                order=options.get("order", "given"), timeout_s=float(options.get("timeout", 600)),
-                               master_port=int(options.get("port", 29500)))
+                               master_port=int(options.get("port", 29500)),
+                               launcher=options.get("launcher", "direct"))
             spec.check()
             view.endpoints(spec.hosts, spec.order)
         except (JobError, ValueError) as exc:

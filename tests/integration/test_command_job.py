@@ -2,10 +2,13 @@
 namespaces with torchrun's variables and meet at rank 0's address; a failing rank ends the job and
 leaves nothing running; a real PyTorch job (Gloo all-reduce, exact) runs over the fabric in modes
 none and advice, and advice does not cost it the bandwidth it has in none (issue "Bring your own
-job": an undeclared job lost a third of it before demands were flows that carry data now)."""
+job": an undeclared job lost half of it before demands were flows that carry data now); a DDP
+training reports its step times; Open MPI's all-reduce runs through mpirun and its launch agent
+at two of its algorithms, exactly."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -120,3 +123,23 @@ def test_a_ddp_training_runs_and_reports_its_step_times(fabric):
     assert 0 < outcome.metrics["step_s_p50"] <= outcome.metrics["step_s_p99"]
     assert all("(fell)" in r.tail[-1] for r in outcome.ranks)
     assert os.environ.get("RANK") is None  # the ranks' variables stay theirs
+
+
+@pytest.mark.parametrize("algorithm", ["3", "4"], ids=["recursive-doubling", "ring"])
+def test_an_open_mpi_allreduce_runs_over_the_fabric_exactly(fabric, algorithm):
+    pytest.importorskip("mpi4py", reason="Debian's python3-mpi4py, which `make deps` installs and links into the venv")
+    program = ["{python}", str(ROOT / "examples/mpi_allreduce.py"), "-b", "4K", "-e", "64K", "-f", "4", "-n", "2"]
+    outcome = run_command(CommandSpec(argv=program, hosts=ALL, name=f"mpi-{algorithm}", launcher="mpi",
+                                      mpi_args=["--mca", "coll_tuned_use_dynamic_rules", "1",
+                                                "--mca", "coll_tuned_allreduce_algorithm", algorithm], timeout_s=120),
+                          FabricView.of_testbed(fabric), progress=None)
+    log = (outcome.workdir / outcome.ranks[0].log).read_text(errors="replace")
+    print("\n" + log)
+    assert outcome.ok, outcome.table + "\n" + outcome.failure_tails()
+    assert "8 ranks, Open MPI v4" in log and f"algorithm {algorithm}" in log
+    assert "# Out of bounds values : 0 OK" in log
+    assert {f"allreduce_{s}_time_s_p50" for s in ("4K", "16K", "64K")} <= set(outcome.metrics)
+    # each rank ran in its own host: its output is in mpi-output/1/rank.N
+    assert len(list((outcome.workdir / "mpi-output" / "1").glob("rank.*"))) == 8
+    hosts = json.loads((outcome.workdir / "mpi-hosts.json").read_text())
+    assert sorted(h["name"] for h in hosts.values()) == sorted(ALL)

@@ -3,6 +3,8 @@
     python -m workloads.command --hosts h1,h2,h3,h4 -- python3 train.py --epochs 1
     python -m workloads.command --hosts all --timeout-s 300 --env NCCL_DEBUG=INFO -- ./allreduce_bench
     python -m workloads.command --local 2 -- python3 -c 'import os; print(os.environ["RANK"])'
+    python -m workloads.command --hosts all --mpi --mpi-args "--mca coll_tuned_use_dynamic_rules 1" \
+        -- {python} examples/mpi_allreduce.py
 
 Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT (rank 0's address),
 GLOO_SOCKET_IFNAME (its hN-eth0) and STARNET_* variables; output per rank in
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -36,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master-port", type=int, default=DEFAULT_MASTER_PORT, help="rank 0's rendezvous port")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment variable for every rank (repeatable)")
+    parser.add_argument("--mpi", action="store_true", help="one mpirun (Open MPI) in the first host, a slot per host")
+    parser.add_argument("--mpi-args", default="", help="mpirun's own options, one string (with --mpi)")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- the program and its arguments")
 
 
@@ -54,7 +59,8 @@ def spec_of(args: argparse.Namespace, view: FabricView | None) -> CommandSpec:
         assert view is not None
         hosts = [h.name for h in view.topo.hosts] if args.hosts == "all" else [h for h in args.hosts.split(",") if h]
     return CommandSpec(argv=argv, hosts=hosts, local=args.local or 0, name=args.name, order=args.order,
-                       timeout_s=args.timeout_s, grace_s=args.grace_s, master_port=args.master_port, env=env)
+                       timeout_s=args.timeout_s, grace_s=args.grace_s, master_port=args.master_port, env=env,
+                       launcher="mpi" if args.mpi else "direct", mpi_args=shlex.split(args.mpi_args))
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m workloads.command") -> int:

@@ -18,6 +18,14 @@ Figures: a rank may append JSON objects to the file $STARNET_METRICS names (one 
 {"step": 3, "step_s": 0.41}); every numeric field but step and rank is summarised over all ranks'
 lines as <field>_p50, <field>_p99 and <field>_n (`summarise_metrics`).
 
+With launcher "mpi" the job is one `mpirun` (Open MPI from Debian's openmpi-bin), started in rank
+0's host, one slot per host in rank order: it starts its daemons on the other hosts through
+workloads/command/mpiagent.py (each in its host's namespaces, `plm_rsh_agent`), its ranks talk
+over TCP only on the fabric's addresses (`btl tcp,self`, `btl_tcp_if_include` and
+`oob_tcp_if_include` by the hosts' CIDR), per-rank output lands in mpi-output/, and `mpi_args` go
+to mpirun as given (e.g. Open MPI 4.1's `--mca coll_tuned_use_dynamic_rules 1 --mca
+coll_tuned_allreduce_algorithm 3`). The ranks read OMPI_COMM_WORLD_RANK and _SIZE.
+
 The job ends like torchrun's: when every rank has exited 0 it succeeded; when one fails, the others
 are ended at once (SIGTERM to their groups, SIGKILL after `grace_s`); when `timeout_s` passes, all
 are. The outcome names each rank's exit code and the tail of its output, and results.json holds it.
@@ -25,9 +33,11 @@ are. The outcome names each rank's exit code and the tail of its output, and res
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -46,6 +56,7 @@ PROGRESS_S = 5.0
 TAIL_LINES = 5
 OK, FAILED, ENDED, TIMEOUT = "ok", "failed", "ended", "timeout"
 PYTHON = "{python}"
+LAUNCHERS = ("direct", "mpi")
 
 
 @dataclass
@@ -53,7 +64,8 @@ class CommandSpec:
     """hosts: Mininet hosts, one rank each (or local=N ranks on loopback); argv: the program and its
     arguments; order: given (rank i on hosts[i]) or topology (grouped by leaf); timeout_s: the whole
     job's limit; grace_s: between SIGTERM and SIGKILL when ranks are ended; master_port: rank 0's
-    rendezvous port; env: more variables for every rank (they win over the defaults)."""
+    rendezvous port; env: more variables for every rank (they win over the defaults); launcher:
+    direct (a process per host, torchrun's way) or mpi (one mpirun); mpi_args: mpirun's own options."""
 
     argv: list[str]
     hosts: list[str] = field(default_factory=list)
@@ -64,8 +76,14 @@ class CommandSpec:
     grace_s: float = 5.0
     master_port: int = DEFAULT_MASTER_PORT
     env: dict[str, str] = field(default_factory=dict)
+    launcher: str = "direct"
+    mpi_args: list[str] = field(default_factory=list)
 
     def check(self) -> None:
+        if self.launcher not in LAUNCHERS:
+            raise JobError(f"launcher: {self.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+        if self.mpi_args and self.launcher != "mpi":
+            raise JobError("mpi_args: only with launcher mpi")
         if not self.argv:
             raise JobError("command: give the program to run (… -- python3 train.py)")
         if not self.hosts and self.local < 1:
@@ -79,6 +97,33 @@ class CommandSpec:
         bad = [k for k in self.env if not k or "=" in k]
         if bad:
             raise JobError(f"env: {bad[0]!r} is not a variable name")
+
+
+def hosts_cidr(ips: list[str]) -> str:
+    """The smallest network holding every address: what Open MPI's *_if_include take."""
+    net = ipaddress.ip_network(f"{ips[0]}/32")
+    while not all(ipaddress.ip_address(ip) in net for ip in ips):
+        net = net.supernet()
+    return str(net)
+
+
+def mpirun_argv(spec: CommandSpec, endpoints: list[Endpoint], agent: Path | None, workdir: Path,
+                env: dict[str, str]) -> list[str]:
+    """mpirun for the job: one slot per endpoint in rank order; agent: the launch agent script (None:
+    every rank on this host, loopback)."""
+    n = len(endpoints)
+    argv = ["mpirun", "--allow-run-as-root", "-np", str(n), "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
+            "--output-filename", str(workdir / "mpi-output")]
+    if agent is None:
+        argv += ["--oversubscribe", "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
+    else:
+        cidr = hosts_cidr([e.ip for e in endpoints])
+        argv += ["--host", ",".join(f"{e.ip}:1" for e in endpoints), "--mca", "plm_rsh_agent", str(agent),
+                 "--mca", "plm_rsh_no_tree_spawn", "1", "--mca", "btl_tcp_if_include", cidr,
+                 "--mca", "oob_tcp_if_include", cidr]
+    for key, value in env.items():
+        argv += ["-x", f"{key}={value}"]
+    return [*argv, *spec.mpi_args]
 
 
 def rank_env(rank: int, world: int, endpoint: Endpoint, master: Endpoint, master_port: int, ifname: str,
@@ -214,11 +259,14 @@ def end_groups(procs: list[subprocess.Popen], grace_s: float) -> None:
 
 class CommandJob:
     """The ranks of one run of the program. endpoints: rank order; spawner: starts a process on its
-    host in a session of its own; ifname: a host's fabric interface."""
+    host in a session of its own; ifname: a host's fabric interface; host_pids: the PIDs holding
+    the hosts' namespaces (launcher mpi's agent enters them)."""
 
     def __init__(self, spec: CommandSpec, endpoints: list[Endpoint], spawner: Spawner, workdir: Path,
-                 ifname: Callable[[str], str], controller: str | None = None) -> None:
+                 ifname: Callable[[str], str], controller: str | None = None,
+                 host_pids: dict[str, int] | None = None) -> None:
         self.spec = spec
+        self.host_pids = host_pids
         self.endpoints = endpoints
         self.spawner = spawner
         self.workdir = workdir
@@ -228,35 +276,67 @@ class CommandJob:
     def log_path(self, rank: int) -> Path:
         return self.workdir / f"rank{rank}-{self.endpoints[rank].name}.log"
 
-    def run(self, progress: Callable[[str], None] | None = None) -> CommandOutcome:
+    def _launches(self) -> list[tuple[RankResult, Endpoint, list[str], Path]]:
+        """What to start: a process per host (direct), or one mpirun in rank 0's host (mpi)."""
         spec, world = self.spec, len(self.endpoints)
+        program = [sys.executable if word == PYTHON else word for word in spec.argv]
+        if spec.launcher == "mpi":
+            first = self.endpoints[0]
+            env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "STARNET_JOB": spec.name,
+                   "STARNET_JOB_DIR": str(self.workdir), "STARNET_METRICS": str(self.workdir / "rank0-metrics.jsonl"),
+                   **({"STARNET_CONTROLLER": self.controller} if self.controller else {}), **spec.env}
+            agent = None if first.ip.startswith("127.") else self._mpi_agent()
+            log = self.workdir / f"mpirun-{first.name}.log"
+            return [(RankResult(0, first.name, first.ip, log=log.name), first,
+                     [*mpirun_argv(spec, self.endpoints, agent, self.workdir, env), *program], log)]
+        out = []
+        for i, ep in enumerate(self.endpoints):
+            env = rank_env(i, world, ep, self.endpoints[0], spec.master_port, self.ifname(ep.name), self.workdir,
+                           spec.name, self.controller)
+            env.setdefault("OMP_NUM_THREADS", "1")
+            env.update(spec.env)
+            out.append((RankResult(i, ep.name, ep.ip, log=self.log_path(i).name), ep,
+                        ["env", *(f"{k}={v}" for k, v in env.items()), *program], self.log_path(i)))
+        return out
+
+    def _mpi_agent(self) -> Path:
+        """The launch agent script mpirun calls instead of ssh, and the hosts it may enter."""
+        if self.host_pids is None:
+            raise JobError("launcher mpi: the hosts' PIDs are unknown (no testbed)")
+        hosts = self.workdir / "mpi-hosts.json"
+        hosts.write_text(json.dumps({ep.ip: {"name": ep.name, "pid": self.host_pids[ep.name]}
+                                     for ep in self.endpoints}, indent=1))
+        agent = self.workdir / "mpi-agent"
+        agent.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m workloads.command.mpiagent "
+                         f"{shlex.quote(str(hosts))} \"$@\"\n")
+        agent.chmod(0o755)
+        return agent
+
+    def run(self, progress: Callable[[str], None] | None = None) -> CommandOutcome:
+        spec = self.spec
         self.workdir.mkdir(parents=True, exist_ok=True)
-        ranks = [RankResult(i, ep.name, ep.ip, log=self.log_path(i).name) for i, ep in enumerate(self.endpoints)]
+        launches = self._launches()
+        ranks = [launch[0] for launch in launches]
         procs: list[subprocess.Popen] = []
         started = time.monotonic()
         status, reason = FAILED, "not started"
         try:
-            for i, ep in enumerate(self.endpoints):
-                env = rank_env(i, world, ep, self.endpoints[0], spec.master_port, self.ifname(ep.name), self.workdir,
-                               spec.name, self.controller)
-                env.setdefault("OMP_NUM_THREADS", "1")
-                env.update(spec.env)
-                program = [sys.executable if word == PYTHON else word for word in spec.argv]
-                argv = ["env", *(f"{k}={v}" for k, v in env.items()), *program]
-                procs.append(self.spawner(ep, argv, self.log_path(i)))
+            for _, ep, argv, log in launches:
+                procs.append(self.spawner(ep, argv, log))
             status, reason = self._wait(procs, ranks, started, progress)
         finally:
-            if any(p.poll() is None for p in procs):
-                for r, p in zip(ranks, procs, strict=False):
-                    if p.poll() is None and r.status == "running":
-                        r.status, r.elapsed_s = ENDED, time.monotonic() - started
+            for r in ranks:
+                if r.status == "running":  # still running when the job ended: ended by it
+                    r.status, r.elapsed_s = ENDED, time.monotonic() - started
             end_groups(procs, spec.grace_s)  # the ranks' leftover children too
             for p in procs:
                 self.spawner.release(p)
         for r, p in zip(ranks, procs, strict=False):
             r.exit_code = p.returncode
-            r.tail = _tail(self.log_path(r.rank))
-        metrics = summarise_metrics([self.workdir / f"rank{i}-metrics.jsonl" for i in range(world)])
+            r.tail = _tail(self.workdir / r.log)
+            if r.status == ENDED and p.returncode == 0:  # it finished by itself as the job was ending
+                r.status = OK
+        metrics = summarise_metrics([self.workdir / f"rank{i}-metrics.jsonl" for i in range(len(self.endpoints))])
         outcome = CommandOutcome(spec, self.workdir, ranks, status, reason, time.monotonic() - started, metrics)
         (self.workdir / "results.json").write_text(json.dumps(
             {"job": spec.name, "kind": "command", "status": outcome.status, "reason": outcome.reason,
@@ -275,16 +355,18 @@ class CommandJob:
                      f"{' '.join(spec.argv)}")
         while True:
             now = time.monotonic()
-            for r, p in zip(ranks, procs, strict=True):
+            failed = None
+            for r, p in zip(ranks, procs, strict=True):  # every exit of this look is taken, then judged
                 if r.status == "running" and p.poll() is not None:
                     r.exit_code, r.elapsed_s = p.returncode, now - started
                     r.status = OK if p.returncode == 0 else FAILED
                     if progress:
                         progress(f"{spec.name}: rank {r.rank} ({r.host}) exited {p.returncode} after "
                                  f"{r.elapsed_s:.1f} s")
-                    if r.status == FAILED:
-                        return FAILED, (f"rank {r.rank} ({r.host}) exited {p.returncode}; "
-                                        f"the other ranks were ended")
+                    failed = failed or (r if r.status == FAILED else None)
+            if failed is not None:
+                who = f"mpirun ({failed.host})" if spec.launcher == "mpi" else f"rank {failed.rank} ({failed.host})"
+                return FAILED, f"{who} exited {failed.exit_code}; the other ranks were ended"
             running = [r for r in ranks if r.status == "running"]
             if not running:
                 return OK, f"all {len(ranks)} ranks exited 0"
@@ -314,6 +396,7 @@ def run_command(spec: CommandSpec, view: FabricView | None = None,
         workdir = workdir or new_run_dir(f"job-{spec.name}")
         spawner: Spawner = LocalSpawner(new_session=True)
         controller: str | None = None
+        host_pids: dict[str, int] | None = None
 
         def ifname(host: str) -> str:
             return "lo"
@@ -325,7 +408,8 @@ def run_command(spec: CommandSpec, view: FabricView | None = None,
         spawner = view.spawner(workdir.name, new_session=True)
         controller = view.controller_address()
         ifname = view.interface
-    return CommandJob(spec, endpoints, spawner, workdir, ifname, controller).run(progress)
+        host_pids = view.host_pids
+    return CommandJob(spec, endpoints, spawner, workdir, ifname, controller, host_pids).run(progress)
 
 
 def background(spec: CommandSpec, view: FabricView) -> BackgroundJob:

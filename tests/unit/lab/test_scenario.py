@@ -101,6 +101,8 @@ def test_a_good_file_reads_as_written():
     ("env: {GLOO_ALGO: ring, N: 2}", "env: [GLOO_ALGO]", r"jobs\[5\]\.env: must be a mapping"),
     ("env: {GLOO_ALGO: ring, N: 2}", "env: {GLOO_ALGO: [a]}", r"jobs\[5\]\.env\.GLOO_ALGO: must be NAME: value"),
     ("timeout_s: 20,", "timeout_s: 20, master_port: 80,", r"jobs\[5\]\.master_port: must be in \[1024, 65535\]"),
+    ("timeout_s: 20,", "timeout_s: 20, launcher: slurm,", r"jobs\[5\]\.launcher: 'slurm' is not one of direct, mpi"),
+    ("timeout_s: 20,", "timeout_s: 20, mpi_args: '--mca x 1',", r"jobs\[5\]\.mpi_args: only with launcher: mpi"),
 ])
 def test_bad_files_name_the_field(old, new, field):
     assert old in GOOD

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from workloads.command.__main__ import main
-from workloads.command.job import CommandSpec, run_command, summarise_metrics
+from workloads.command.job import CommandSpec, hosts_cidr, run_command, summarise_metrics
+from workloads.command.mpiagent import main as mpiagent
 from workloads.hosts import JobError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -114,3 +115,26 @@ def test_the_pytorch_examples_run_exactly_over_gloo(tmp_path):
                       progress=None, workdir=tmp_path / "ddp")
     assert ddp.ok, ddp.table + ddp.failure_tails()
     assert ddp.metrics["step_s_n"] == 12 and all("(fell)" in r.tail[-1] for r in ddp.ranks)
+
+
+def test_open_mpi_runs_the_mpi4py_example_through_mpirun_exactly(tmp_path):
+    pytest.importorskip("mpi4py", reason="Debian's python3-mpi4py, which `make deps` installs and links into the venv")
+    program = ["{python}", str(ROOT / "examples/mpi_allreduce.py"), "-b", "4K", "-e", "16K", "-n", "1"]
+    outcome = run_command(CommandSpec(argv=program, local=2, name="mpi", launcher="mpi", timeout_s=60,
+                                      mpi_args=["--mca", "coll_tuned_use_dynamic_rules", "1",
+                                                "--mca", "coll_tuned_allreduce_algorithm", "4"]),
+                          progress=None, workdir=tmp_path / "mpi")
+    log = (tmp_path / "mpi" / outcome.ranks[0].log).read_text(errors="replace")
+    assert outcome.ok, outcome.table + outcome.failure_tails()
+    assert "2 ranks, Open MPI" in log and "algorithm 4" in log and "# Out of bounds values : 0 OK" in log
+    assert set(outcome.metrics) >= {"allreduce_4K_time_s_p50", "allreduce_16K_time_s_p50"}
+
+
+def test_mpi_options_the_cidr_and_the_agents_errors(tmp_path, capsys):
+    assert hosts_cidr(["10.0.3.1", "10.0.3.4", "10.0.4.2"]) == "10.0.0.0/21"
+    assert hosts_cidr(["10.0.3.1"]) == "10.0.3.1/32"
+    with pytest.raises(JobError, match="mpi_args: only with launcher mpi"):
+        CommandSpec(argv=["true"], local=2, mpi_args=["-x", "A"]).check()
+    (tmp_path / "hosts.json").write_text('{"10.0.3.2": {"name": "h2", "pid": 1}}')
+    assert mpiagent([str(tmp_path / "hosts.json"), "10.0.9.9", "orted"]) == 2
+    assert "no host '10.0.9.9'" in capsys.readouterr().err
