@@ -10,12 +10,16 @@ random teacher labels Gaussian inputs), each rank on its own shard; DDP all-redu
 its forward pass to the end of the optimiser step, so it holds the gradient all-reduce. Each step
 is printed and, with $STARNET_METRICS set, appended there as {"step", "step_s", "loss"}; the testbed
 summarises step_s (p50, p99) as the job's figures. --slow-rank R --slow-s S makes rank R sleep S
-seconds in every step: a straggler for the localiser to find. The last line says whether the loss fell.
+seconds in every step: a straggler for the localiser to find. --report-steps sends each step's time
+and own work (the step less its backward pass, which holds DDP's all-reduce) to the testbed's
+controller with the helper workloads/command/steps.py, the evidence `diagnose` names a slow host
+by. The last line says whether the loss fell.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -49,6 +53,8 @@ def main() -> int:
     parser.add_argument("--slow-rank", type=int, default=-1, help="this rank sleeps --slow-s in every step")
     parser.add_argument("--slow-s", type=float, default=0.0)
     parser.add_argument("--timeout-s", type=float, default=120.0, help="Gloo's timeout for one operation")
+    parser.add_argument("--report-steps", action="store_true",
+                        help="report step timings to the testbed's controller (workloads.command.steps)")
     args = parser.parse_args()
     if args.steps < 2 or args.batch < 1 or args.hidden < 1:
         raise SystemExit("--steps must be >= 2, --batch and --hidden >= 1")
@@ -63,18 +69,27 @@ def main() -> int:
     x, y = shard(rank, args.batch * 16, args.seed)
     metrics = os.environ.get("STARNET_METRICS")
     losses, times = [], []
+    steps = None
+    if args.report_steps:
+        from workloads.command.steps import StepReporter
+
+        steps = StepReporter()
+    step_timer = steps.step if steps else contextlib.nullcontext
+    waiting = steps.waiting if steps else contextlib.nullcontext
     if rank == 0:
         print(f"# DDP over Gloo: {world} ranks, {grad_bytes} B of gradients per step, batch {args.batch} per rank")
     for step in range(args.steps):
         lo = (step * args.batch) % len(x)
         xb, yb = x[lo:lo + args.batch], y[lo:lo + args.batch]
         t0 = time.monotonic()
-        loss = nn.functional.cross_entropy(model(xb), yb)
-        optimiser.zero_grad()
-        loss.backward()  # DDP all-reduces the gradients here
-        if rank == args.slow_rank:
-            time.sleep(args.slow_s)
-        optimiser.step()
+        with step_timer():
+            loss = nn.functional.cross_entropy(model(xb), yb)
+            optimiser.zero_grad()
+            with waiting():
+                loss.backward()  # DDP all-reduces the gradients here
+            if rank == args.slow_rank:
+                time.sleep(args.slow_s)
+            optimiser.step()
         step_s = time.monotonic() - t0
         losses.append(loss.item())
         times.append(step_s)
@@ -87,6 +102,8 @@ def main() -> int:
     verdict = "fell" if tail < head else "DID NOT FALL"
     print(f"# rank {rank}: step time p50 {ordered[len(ordered) // 2] * 1e3:.1f} ms, "
           f"max {ordered[-1] * 1e3:.1f} ms; loss {head:.3f} -> {tail:.3f} ({verdict})")
+    if steps:
+        steps.close()
     dist.barrier()  # every rank done before any tears Gloo down (else a late one may abort in its teardown)
     dist.destroy_process_group()
     return 0 if tail < head else 1

@@ -3,8 +3,9 @@ namespaces with torchrun's variables and meet at rank 0's address; a failing ran
 leaves nothing running; a real PyTorch job (Gloo all-reduce, exact) runs over the fabric in modes
 none and advice, and advice does not cost it the bandwidth it has in none (issue "Bring your own
 job": an undeclared job lost half of it before demands were flows that carry data now); a DDP
-training reports its step times; Open MPI's all-reduce runs through mpirun and its launch agent
-at two of its algorithms, exactly."""
+training reports its step times, and with the helper (workloads/command/steps.py) its straggler is
+named by `diagnose`; Open MPI's all-reduce runs through mpirun and its launch agent at two of its
+algorithms, exactly."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import json
 import os
 import re
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ import pytest
 from emulation.net import Testbed
 from topologies import leafspine
 from wire import runfiles
+from wire.adviceclient import diagnose
 from workloads.command.job import CommandSpec, run_command
 from workloads.fabric import FabricView
 
@@ -143,3 +147,33 @@ def test_an_open_mpi_allreduce_runs_over_the_fabric_exactly(fabric, algorithm):
     assert len(list((outcome.workdir / "mpi-output" / "1").glob("rank.*"))) == 8
     hosts = json.loads((outcome.workdir / "mpi-hosts.json").read_text())
     assert sorted(h["name"] for h in hosts.values()) == sorted(ALL)
+
+
+def test_a_straggler_in_a_ddp_job_is_named_by_diagnose_from_the_helpers_step_reports(fabric):
+    pytest.importorskip("torch", reason="PyTorch is the optional extra `make deps` installs ('.[torch]')")
+    view = FabricView.of_testbed(fabric)
+    workdir = view.job_dir("straggler")
+    spec = CommandSpec(argv=["{python}", str(ROOT / "examples/ddp_train.py"), "--steps", "150", "--hidden", "64",
+                             "--slow-rank", "2", "--slow-s", "0.1", "--report-steps"], hosts=ALL, name="straggler",
+                       timeout_s=300)
+    ran: dict = {}
+    job = threading.Thread(target=lambda: ran.update(outcome=run_command(spec, view, progress=None, workdir=workdir)),
+                           daemon=True)
+    job.start()
+    first_step = named = None
+    top = ""
+    while job.is_alive() and named is None:
+        if first_step is None and (workdir / "rank2-metrics.jsonl").exists():
+            first_step = time.monotonic()  # h3 (rank 2) has finished its first, slow, step
+        if first_step is not None:
+            alerts = [s for s in diagnose(fabric.run_dir).suspects if s.alert]
+            top = f"{alerts[0].target} ({alerts[0].fault})" if alerts else ""
+            if top == "host h3 (slow-host)":
+                named = time.monotonic() - first_step
+        time.sleep(0.25)
+    job.join(300)
+    outcome = ran["outcome"]
+    print(f"\nstraggler h3 (+100 ms per DDP step) named by diagnose {named} s after its first step "
+          f"(goal <= 10 s); last top alert: {top or 'none'}\n{outcome.table}")
+    assert outcome.ok, outcome.table + "\n" + outcome.failure_tails()
+    assert named is not None and named <= 20
