@@ -92,6 +92,7 @@ bench: deps
 	$(PY) bench/p4rt_soak.py
 	$(PY) bench/failover.py
 	$(PY) bench/paths_reaction.py
+	$(PY) bench/own_jobs.py
 
 # ruff, mypy on the packages (untyped defs refused) and the layers' import contracts (import-linter:
 # imports only downward, no circle); config in pyproject.toml. Part of `make test`.
