@@ -114,11 +114,11 @@ class AdviceLoop:
             self._writer.writerow(["time", "epoch", "src", "dst", "rate_bps", "reason"])
         self.capacity: dict[LinkId, float] = topo.link_capacities_bps()
         self.full_capacity = dict(self.capacity)
-        report_gap_bits = (1 << (int_sample_log2 or 0)) * self.params.mtu_bytes * 8  # per sampled report
+        self.sample_factor = 1 << max(0, int_sample_log2 or 0)  # INT's packets per sampled packet
+        report_gap_bits = self.sample_factor * self.params.mtu_bytes * 8  # per sampled report
         self.mouse_timeout_s = {address.ip: max(MOUSE_TIMEOUT_S, MOUSE_REPORT_GAPS * report_gap_bits
                                                 / self.capacity[nic_link(name)])
                                 for name, address in plan.hosts.items()}
-        self.sample_factor = 1 << max(0, int_sample_log2 or 0)  # INT's packets per sampled packet
         self.transfers: set[FlowKey] = set()  # measured flows at a transfer's rate (hysteresis)
         self.chatter: set[FlowKey] = set()  # measured flows below it: no demand, not placed
         self.steps = 0  # decisions taken (each step() in mode advice that got past "nothing changed")

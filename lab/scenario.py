@@ -56,7 +56,7 @@ from topologies.generators import GENERATORS
 from topologies.spec import Topology
 from wire.yamlfile import Fields, parse_yaml, read_file
 from workloads.allreduce.schedule import ALGORITHMS
-from workloads.command.job import LAUNCHERS
+from workloads.command.job import DEFAULT_MASTER_PORT, LAUNCHERS
 from workloads.flows.schedule import PATTERNS
 from workloads.hosts import parse_size
 
@@ -91,7 +91,7 @@ class JobSpecification:
     command: list[str] = field(default_factory=list)  # kind command: the program and its arguments
     timeout_s: float = 0.0  # kind command: 0 = until the scenario's duration_s
     env: dict[str, str] = field(default_factory=dict)
-    master_port: int = 29500
+    master_port: int = DEFAULT_MASTER_PORT
     launcher: str = "direct"  # kind command: direct (a process per host) | mpi (one mpirun)
     mpi_args: list[str] = field(default_factory=list)
 
@@ -308,8 +308,8 @@ class _Reader(Fields):
                 if not isinstance(key, str) or not key or "=" in key or isinstance(val, dict | list):
                     raise self.fail(f"{where}.env.{key}", f"must be NAME: value, got {key!r}: {val!r}")
             job.env = {k: str(v) for k, v in env.items()}
-            job.master_port = int(self.number(d.get("master_port", 29500), f"{where}.master_port", 1024, 65535,
-                                              integer=True))
+            job.master_port = int(self.number(d.get("master_port", DEFAULT_MASTER_PORT), f"{where}.master_port",
+                                              1024, 65535, integer=True))
             job.launcher = self.one_of(d.get("launcher", "direct"), f"{where}.launcher", LAUNCHERS)
             job.mpi_args = self.command(d["mpi_args"], f"{where}.mpi_args") if "mpi_args" in d else []
             if job.mpi_args and job.launcher != "mpi":

@@ -6,7 +6,7 @@ import shlex
 
 from testbed.cli.base import Commands
 from workloads.allreduce.job import JobSpec, background
-from workloads.command.job import CommandSpec
+from workloads.command.job import DEFAULT_MASTER_PORT, CommandSpec
 from workloads.command.job import background as background_command
 from workloads.fabric import FabricView
 from workloads.flows.job import background_job
@@ -106,7 +106,7 @@ class JobCommands(Commands):
             spec = CommandSpec(argv=shlex.split(program), hosts=hosts,
                                name=options.get("name", f"job{len(self.jobs) + 1}"),
                                order=options.get("order", "given"), timeout_s=float(options.get("timeout", 600)),
-                               master_port=int(options.get("port", 29500)),
+                               master_port=int(options.get("port", DEFAULT_MASTER_PORT)),
                                launcher=options.get("launcher", "direct"))
             spec.check()
             view.endpoints(spec.hosts, spec.order)

@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from emulation.rundir import new_run_dir
+from wire.stats import percentile
 from workloads.fabric import FabricView
 from workloads.hosts import BackgroundJob, Endpoint, JobError, LocalSpawner, Spawner, local_endpoints
 
@@ -191,11 +192,6 @@ class CommandOutcome:
         return "\n".join(out)
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
 def summarise_metrics(paths: list[Path]) -> dict[str, float]:
     """<field>_p50, <field>_p99 and <field>_n of every numeric field (but step, rank) in the JSON
     lines of `paths`; a line that is not a JSON object is skipped (a program's half-written last line)."""
@@ -217,7 +213,7 @@ def summarise_metrics(paths: list[Path]) -> dict[str, float]:
                     values.setdefault(str(key), []).append(float(value))
     out: dict[str, float] = {}
     for key, vals in sorted(values.items()):
-        out.update({f"{key}_p50": _percentile(vals, 50), f"{key}_p99": _percentile(vals, 99), f"{key}_n": len(vals)})
+        out.update({f"{key}_p50": percentile(vals, 50), f"{key}_p99": percentile(vals, 99), f"{key}_n": len(vals)})
     return out
 
 
