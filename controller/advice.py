@@ -14,9 +14,10 @@ then rates every host pair over the paths its flows were given; ``flowlet`` send
 the switches' flowlet switching on (flowlet_config: a flow's packets more than `flowlet_gap_us`
 apart are hashed afresh, LetFlow's in-network answer to the same problem).
 
-A demand is a host pair with a flow INT saw carry data: for FLOW_TIMEOUT_S after its last data once
-ELEPHANT_REPORTS of its reports carried some, for a few report gaps (MOUSE_TIMEOUT_S and more on a
-slow NIC) before that — a reply or an idle connection's message does not take a transfer's share.
+A demand is a host pair with a flow INT saw carry data lately (`hold_s`): before ELEPHANT_REPORTS of
+its reports carried some, for a few report gaps at its NIC's rate (MOUSE_TIMEOUT_S and more on a slow
+NIC) — a reply or an idle connection's message does not take a transfer's share; after, for a few
+report gaps at the rate it was advised — a burst that ended gives its share back.
 And only while it carries data at a transfer's rate (`transfers`): once INT has measured a flow's
 rate, it is a demand from TRANSFER_SHARE of its NIC's rate on, and stays one down to CHATTER_SHARE;
 below, it is chatter — a collective's connection carrying its peer's small notifications (Gloo's
@@ -42,7 +43,7 @@ from controller.advisor import AdvisorParams, Demand, LinkState, advise, changed
 from controller.paths import FlowKey, PathScheduler
 from controller.program import INT_SAMPLE_LOG2
 from controller.routing import Route
-from controller.telemetry import RATE_WINDOW_S, Collector, TelemetrySnapshot
+from controller.telemetry import RATE_WINDOW_S, Collector, FlowPath, TelemetrySnapshot
 from topologies.addressing import AddressPlan
 from topologies.spec import LinkId, Topology, egress_link, nic_link
 from wire import runfiles
@@ -62,7 +63,8 @@ FLOW_TIMEOUT_S = 1.0  # a flow without INT reports for this long is over
 # MOUSE_TIMEOUT_S, and at least MOUSE_REPORT_GAPS of the gaps between a full-rate flow's sampled
 # reports at its NIC's rate (1 Mbit/s: 8 frames are 97 ms), so that a new transfer keeps its share
 # until its next reports come. Held for FLOW_TIMEOUT_S, a one-packet reply halved its host's NIC
-# for the host's own transfer for a second.
+# for the host's own transfer for a second. A transfer is held as many gaps at the rate it was
+# advised (hold_s).
 MOUSE_TIMEOUT_S = 0.2
 MOUSE_REPORT_GAPS = 4
 ELEPHANT_REPORTS = 2  # mode paths places a flow once this many of its INT reports carried data
@@ -115,8 +117,8 @@ class AdviceLoop:
         self.capacity: dict[LinkId, float] = topo.link_capacities_bps()
         self.full_capacity = dict(self.capacity)
         self.sample_factor = 1 << max(0, int_sample_log2 or 0)  # INT's packets per sampled packet
-        report_gap_bits = self.sample_factor * self.params.mtu_bytes * 8  # per sampled report
-        self.mouse_timeout_s = {address.ip: max(MOUSE_TIMEOUT_S, MOUSE_REPORT_GAPS * report_gap_bits
+        self.report_gap_bits = self.sample_factor * self.params.mtu_bytes * 8  # sent per sampled report
+        self.mouse_timeout_s = {address.ip: max(MOUSE_TIMEOUT_S, MOUSE_REPORT_GAPS * self.report_gap_bits
                                                 / self.capacity[nic_link(name)])
                                 for name, address in plan.hosts.items()}
         self.transfers: set[FlowKey] = set()  # measured flows at a transfer's rate (hysteresis)
@@ -295,8 +297,8 @@ class AdviceLoop:
                 continue
             if flow.data_at is None or now - flow.data_at > FLOW_TIMEOUT_S:
                 continue  # only ACKs seen lately: the other direction's transfer, not a demand of its own
-            if flow.data_reports < ELEPHANT_REPORTS and now - flow.data_at > self.mouse_timeout_s[src]:
-                continue  # a few packets of data and then none: a reply or a message, not a transfer
+            if now - flow.data_at > self.hold_s(flow_key, flow):
+                continue  # no data for longer than it would have sent some: a reply, a message, a burst that ended
             if flow_key in self.chatter:
                 continue  # data, but at a few kbit/s: a connection's notifications, not a transfer
             entry = pairs.setdefault((src, dst), {"flows": 0, "links": None})
@@ -313,6 +315,32 @@ class AdviceLoop:
             weight = declared.weight if declared else 1.0
             out.append(Demand(src, dst, links, weight, declared.cap_bps if declared else None))
         return out
+
+    def unpaced(self, advice: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+        """A pair advised eta_alone of its NIC's rate or more is advised the NIC's rate: only a
+        demand alone on its NIC, on a path no slower, gets that much, so its NIC is its bottleneck
+        and its host does not pace it (hostagent/pacer.py). A paced destination has 20 ms of buffer on
+        its host, and a sender stalled longer idles its link: paced at 0.99 of its NIC, a PyTorch
+        all-reduce alone on its paths ran at 0.64-0.79 of mode none beside other work."""
+        out = {}
+        for (src, dst), rate in advice.items():
+            nic_bps = self.capacity[nic_link(self.host_by_ip[src])]
+            out[(src, dst)] = nic_bps if rate >= self.params.eta_alone * nic_bps * (1 - 1e-9) else rate
+        return out
+
+    def hold_s(self, key: FlowKey, flow: FlowPath) -> float:
+        """How long after its last data a flow stays a demand: a flow with fewer than ELEPHANT_REPORTS
+        data reports, its host's mouse timeout; a transfer, MOUSE_REPORT_GAPS of the gaps between its
+        sampled reports at the rate it was advised (its NIC's if none), at least the mouse timeout and
+        at most FLOW_TIMEOUT_S. A transfer that stops sending gives its share back within a fraction
+        of a second: held for FLOW_TIMEOUT_S, every burst of a collective's barrier or of its
+        verification (Gloo's, between iterations) halved its ring's rates for a second."""
+        src = key[0]
+        floor = self.mouse_timeout_s[src]
+        if flow.data_reports < ELEPHANT_REPORTS:
+            return floor
+        rate = self.sent.get((src, key[1])) or self.capacity[nic_link(self.host_by_ip[src])]
+        return min(FLOW_TIMEOUT_S, max(floor, MOUSE_REPORT_GAPS * self.report_gap_bits / rate))
 
     def _edge_links(self, src: str, dst: str) -> tuple[LinkId, ...]:
         """The links a pair surely uses whatever ECMP picks: the source NIC and the destination's leaf port."""
@@ -344,7 +372,7 @@ class AdviceLoop:
         self._inputs_seen = inputs
         self.steps += 1
         demands = self.demands(now, snap)
-        advice = advise(demands, self.link_states(now, snap), self.params) if demands else {}
+        advice = self.unpaced(advise(demands, self.link_states(now, snap), self.params) if demands else {})
         to_send = changed(advice, self.sent, self.tolerance)
         gone = {key: 0.0 for key in self.sent if key not in advice}
         refresh = {key: advice[key] for key in refresh_due if key in advice and key not in to_send}

@@ -39,7 +39,8 @@ class AdvisorParams:
     eta_alone: target utilisation of a link only one demand crosses — η's headroom is for several
     uncoordinated paced senders meeting at one queue; one sender alone builds none faster than its
     pacer errs (and the drain term answers a standing queue as on any link). At η a job alone on
-    its paths ran at 0.95 of what it had without advice."""
+    its paths ran at 0.95 of what it had without advice. (A demand this offers eta_alone of its NIC
+    is advised its line rate by the advice loop: its NIC is its bottleneck, and it is not paced.)"""
 
     eta: float = 0.95
     eta_alone: float = 0.99

@@ -8,11 +8,17 @@
 HTB only classifies: on this kernel an HTB class shaping a TCP flow to a few Mbit/s releases it
 in bursts of 5-15 frames every 15-60 ms (measured; the tc binary configures it the same way),
 while TBF spaces the same flow's frames evenly (3.81 ms apart at 3.17 Mbit/s). A rate of 0 (or
-`clear`) sets the destination's TBF to line rate; the class, filter and TBF stay, so every advice
-is one qdisc replace (~1 ms through netlink, measured). The TBF holds ~20 ms of data: TCP sees
+`clear`, or a rate at or above the line rate) sets the destination's TBF to line rate with the
+default class's queue (UNPACED_QUEUE_FRAMES, the pfifo an unadvised destination has); the class,
+filter and TBF stay, so every advice is one qdisc replace (~1 ms through netlink, measured). A paced
+destination's TBF holds ~20 ms of data: TCP sees
 a full one as local congestion (a qdisc drop of its own segment makes it enter CWR, no
 retransmission), so a loss-based sender like cubic keeps ~20 ms queued on its host instead of
 filling a deeper queue (with 200 ms, cubic's RTT reached 150 ms and its retransmission timer fired).
+The price is the host's buffer: a sender stalled longer than 20 ms (a busy machine's scheduler)
+idles its link, where an unpaced one still had its queue to send — so a flow advised its line rate
+(alone on its path: controller/advisor.py's eta_alone) is not paced at all: a PyTorch ring all-reduce
+lost up to a third of its bandwidth beside other work, paced at 0.99 of its NIC.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ ROOT = 0x10000
 DEFAULT_CLASS = 0x10001
 FIRST_CLASS = 0x100
 ETH_P_IP = 0x0800
+UNPACED_QUEUE_FRAMES = 1000  # the default class's pfifo: the interface's txqueuelen (veth: 1000)
 
 
 class HtbPacer:
@@ -57,11 +64,15 @@ class HtbPacer:
         classid = self.classes[dst]
         burst = max(1600, int(rate_bps / 8 * 0.0005))  # ~0.5 ms, at least one full frame
         limit = max(8 * 1514, min(int(rate_bps / 8 * 0.02), 4 << 20))  # ~20 ms of data, ≥ 8 frames, ≤ 4 MiB
+        if rate_bps >= self.line_rate_bps:  # unpaced: the queue an unadvised destination has
+            limit = UNPACED_QUEUE_FRAMES * 1514
         self.ipr.tc(command, "tbf", self.index, (classid & 0xFFFF) << 16, parent=classid,
                     rate=f"{max(int(rate_bps), 8000)}bit", burst=burst, limit=limit)
 
     def set_rate(self, dst: str, rate_bps: float) -> None:
-        """Pace traffic to `dst` at rate_bps (bit/s); 0 = line rate."""
+        """Pace traffic to `dst` at rate_bps (bit/s); 0, or the line rate or more = unpaced."""
+        if rate_bps >= self.line_rate_bps:
+            rate_bps = 0
         if dst not in self.classes:
             classid = ROOT | (FIRST_CLASS + len(self.classes))
             self._class("add-class", classid, self.line_rate_bps)

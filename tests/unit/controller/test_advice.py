@@ -38,7 +38,7 @@ def test_only_flows_that_carry_data_are_demands(tmp_path):
         demands = loop.demands(now, collector.snapshot())
         assert [(d.src, d.dst) for d in demands] == [("10.0.3.1", "10.0.4.1")]
         advice = loop.step(now)
-        assert advice == {("10.0.3.1", "10.0.4.1"): 20e6 * 0.99}  # alone on its links: eta_alone
+        assert advice == {("10.0.3.1", "10.0.4.1"): 20e6}  # alone on its links: eta_alone, its line rate (unpaced)
     finally:
         loop.close()
 
@@ -64,7 +64,7 @@ def test_a_connections_notifications_are_chatter_and_the_nic_is_the_transfers(tm
             if i == 5:  # not measured yet: both are demands, as any new flow
                 assert loop.step(t + i * 0.01) == {(h1, h5): pytest.approx(9.5e6), (h1, h2): pytest.approx(9.5e6)}
         advice = loop.step(t + 0.4)
-        assert advice[(h1, h5)] == pytest.approx(20e6 * 0.99) and advice[(h1, h2)] == 0  # cleared
+        assert advice[(h1, h5)] == pytest.approx(20e6) and advice[(h1, h2)] == 0  # cleared
         assert (h1, h2, 6, 41000, 29500) in loop.chatter and (h1, h5, 6, 40000, 29500) in loop.transfers
         assert [f for f in loop.active_flows(t + 0.4, collector.snapshot()) if f[1] == h2] == []  # never placed
         for i in range(40, 70):  # the connection turns into a transfer: a demand once measured
@@ -82,7 +82,7 @@ def test_a_connections_notifications_are_chatter_and_the_nic_is_the_transfers(tm
         loop.close()
 
 
-def test_a_reply_of_one_data_report_is_a_demand_only_briefly_a_transfer_for_a_second(tmp_path):
+def test_a_reply_is_a_demand_briefly_a_transfer_for_a_few_report_gaps_at_its_advice(tmp_path):
     ids, collector, loop = leafspine_loop(tmp_path)
     try:
         now = time.monotonic()
@@ -95,8 +95,14 @@ def test_a_reply_of_one_data_report_is_a_demand_only_briefly_a_transfer_for_a_se
         pairs = {(d.src, d.dst) for d in loop.demands(now, collector.snapshot())}
         assert pairs == {("10.0.3.1", "10.0.4.1"), ("10.0.4.1", "10.0.3.1")}
         assert loop.mouse_timeout_s["10.0.4.1"] == pytest.approx(0.2)  # 20 Mbit/s: 4 report gaps are 19 ms
-        later = now + 0.3
-        assert {(d.src, d.dst) for d in loop.demands(later, collector.snapshot())} == {("10.0.3.1", "10.0.4.1")}
+        assert {(d.src, d.dst) for d in loop.demands(now + 0.1, collector.snapshot())} == pairs
+        # the transfer, unadvised (its NIC's 20 Mbit/s): 4 gaps of 8 frames are 19 ms, the floor 0.2 s
+        assert not {(d.src, d.dst) for d in loop.demands(now + 0.25, collector.snapshot())}
+        loop.sent[("10.0.3.1", "10.0.4.1")] = 1e6  # advised 1 Mbit/s: 4 gaps are 0.39 s
+        assert {(d.src, d.dst) for d in loop.demands(now + 0.35, collector.snapshot())} == {("10.0.3.1", "10.0.4.1")}
+        assert not {(d.src, d.dst) for d in loop.demands(now + 0.45, collector.snapshot())}
+        loop.sent[("10.0.3.1", "10.0.4.1")] = 10e3  # never longer than FLOW_TIMEOUT_S
+        assert {(d.src, d.dst) for d in loop.demands(now + 0.95, collector.snapshot())} == {("10.0.3.1", "10.0.4.1")}
         assert not {(d.src, d.dst) for d in loop.demands(now + 1.1, collector.snapshot())}
     finally:
         loop.close()

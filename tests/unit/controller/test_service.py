@@ -74,7 +74,7 @@ def test_a_flow_seen_in_int_becomes_advice_for_its_source(tmp_path):
         collector.feed(report([hop(ids["s4"], 1, 0, 10), hop(ids["s1"], 2, 0, 10), hop(ids["s3"], 5, 0, 10)]))
         loop.step()
         update = await asyncio.wait_for(call.read(), 3)
-        assert update.advice.dst_ip == "10.0.4.1" and update.advice.rate_bps == int(20e6 * 0.99)  # alone: eta_alone
+        assert update.advice.dst_ip == "10.0.4.1" and update.advice.rate_bps == int(20e6)  # alone: its line rate
         table = await stub.GetAdvice(pb.GetAdviceRequest(host="h1"))
         assert [(e.src, e.dst) for e in table.entries] == [("10.0.3.1", "10.0.4.1")]
         await stub.SetMode(pb.ModeRequest(mode="none"))
