@@ -284,7 +284,7 @@ class AdviceLoop:
                 rate_bps = flow.window_bytes * 8 / (now - flow.window_at)
             if rate_bps is None:
                 continue
-            nic_bps = self.capacity[nic_link(self.host_by_ip[key[0]])]
+            nic_bps = self.nic_bps(key[0])
             share = CHATTER_SHARE if key in self.transfers else TRANSFER_SHARE
             (transfers if rate_bps * self.sample_factor >= share * nic_bps else chatter).add(key)
         self.transfers, self.chatter = transfers, chatter
@@ -316,6 +316,10 @@ class AdviceLoop:
             out.append(Demand(src, dst, links, weight, declared.cap_bps if declared else None))
         return out
 
+    def nic_bps(self, ip: str) -> float:
+        """The capacity of the NIC of the host at `ip` (bit/s)."""
+        return self.capacity[nic_link(self.host_by_ip[ip])]
+
     def unpaced(self, advice: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
         """A pair advised eta_alone of its NIC's rate or more is advised the NIC's rate: only a
         demand alone on its NIC, on a path no slower, gets that much, so its NIC is its bottleneck
@@ -324,7 +328,7 @@ class AdviceLoop:
         all-reduce alone on its paths ran at 0.64-0.79 of mode none beside other work."""
         out = {}
         for (src, dst), rate in advice.items():
-            nic_bps = self.capacity[nic_link(self.host_by_ip[src])]
+            nic_bps = self.nic_bps(src)
             out[(src, dst)] = nic_bps if rate >= self.params.eta_alone * nic_bps * (1 - 1e-9) else rate
         return out
 
@@ -339,7 +343,7 @@ class AdviceLoop:
         floor = self.mouse_timeout_s[src]
         if flow.data_reports < ELEPHANT_REPORTS:
             return floor
-        rate = self.sent.get((src, key[1])) or self.capacity[nic_link(self.host_by_ip[src])]
+        rate = self.sent.get((src, key[1])) or self.nic_bps(src)
         return min(FLOW_TIMEOUT_S, max(floor, MOUSE_REPORT_GAPS * self.report_gap_bits / rate))
 
     def _edge_links(self, src: str, dst: str) -> tuple[LinkId, ...]:
