@@ -16,7 +16,7 @@ apart are hashed afresh, LetFlow's in-network answer to the same problem).
 
 A demand is a host pair with a flow INT saw carry data lately (`hold_s`): before ELEPHANT_REPORTS of
 its reports carried some, for a few report gaps at its NIC's rate (MOUSE_TIMEOUT_S and more on a slow
-NIC) — a reply or an idle connection's message does not take a transfer's share; after, for a few
+NIC) — a reply or an idle connection's message does not take a transfer's share; after, for a dozen
 report gaps at the rate it was advised — a burst that ended gives its share back.
 And only while it carries data at a transfer's rate (`transfers`): once INT has measured a flow's
 rate, it is a demand from TRANSFER_SHARE of its NIC's rate on, and stays one down to CHATTER_SHARE;
@@ -63,10 +63,15 @@ FLOW_TIMEOUT_S = 1.0  # a flow without INT reports for this long is over
 # MOUSE_TIMEOUT_S, and at least MOUSE_REPORT_GAPS of the gaps between a full-rate flow's sampled
 # reports at its NIC's rate (1 Mbit/s: 8 frames are 97 ms), so that a new transfer keeps its share
 # until its next reports come. Held for FLOW_TIMEOUT_S, a one-packet reply halved its host's NIC
-# for the host's own transfer for a second. A transfer is held as many gaps at the rate it was
-# advised (hold_s).
+# for the host's own transfer for a second. A transfer is held TRANSFER_REPORT_GAPS gaps at the
+# rate it was advised (hold_s): INT samples a packet at random (1 in 2^int_sample_log2), so gaps are
+# geometric and one longer than n mean gaps comes once in about e^n reports — 4 gaps: 1 report in 55,
+# about once a run for each 3 Mbit/s flow of an incast, whose pacing then went and whose burst queued
+# at the bottleneck (the likely cause of a CI run's p99 of 11 packets there, against 2-3); 12 gaps:
+# 1 report in 160,000.
 MOUSE_TIMEOUT_S = 0.2
 MOUSE_REPORT_GAPS = 4
+TRANSFER_REPORT_GAPS = 12
 ELEPHANT_REPORTS = 2  # mode paths places a flow once this many of its INT reports carried data
 PLACED_TIMEOUT_S = 3.0  # ... and forgets it this long after its last data
 TRANSFER_SHARE = 0.02  # a measured flow is a transfer from this share of its NIC's rate ...
@@ -334,8 +339,8 @@ class AdviceLoop:
 
     def hold_s(self, key: FlowKey, flow: FlowPath) -> float:
         """How long after its last data a flow stays a demand: a flow with fewer than ELEPHANT_REPORTS
-        data reports, its host's mouse timeout; a transfer, MOUSE_REPORT_GAPS of the gaps between its
-        sampled reports at the rate it was advised (its NIC's if none), at least the mouse timeout and
+        data reports, its host's mouse timeout; a transfer, TRANSFER_REPORT_GAPS of the gaps between
+        its sampled reports at the rate it was advised (its NIC's if none), at least the mouse timeout and
         at most FLOW_TIMEOUT_S. A transfer that stops sending gives its share back within a fraction
         of a second: held for FLOW_TIMEOUT_S, every burst of a collective's barrier or of its
         verification (Gloo's, between iterations) halved its ring's rates for a second."""
@@ -344,7 +349,7 @@ class AdviceLoop:
         if flow.data_reports < ELEPHANT_REPORTS:
             return floor
         rate = self.sent.get((src, key[1])) or self.nic_bps(src)
-        return min(FLOW_TIMEOUT_S, max(floor, MOUSE_REPORT_GAPS * self.report_gap_bits / rate))
+        return min(FLOW_TIMEOUT_S, max(floor, TRANSFER_REPORT_GAPS * self.report_gap_bits / rate))
 
     def _edge_links(self, src: str, dst: str) -> tuple[LinkId, ...]:
         """The links a pair surely uses whatever ECMP picks: the source NIC and the destination's leaf port."""

@@ -33,11 +33,13 @@ RENDEZVOUS = str(Path(__file__).with_name("rendezvous.py"))
 ALL = [f"h{i}" for i in range(1, 9)]
 LINK_MBPS = 20.0
 # advice against none for an undeclared Gloo all-reduce on the uncontended fabric: the goal is
-# advice >= none (the bench's figure, not met yet: 0.73-0.97 at 4 MB on 2026-12-06); the floor
-# catches the defects this test found (0.52 when chatter was a demand; 0.64-0.68 when a lone flow
-# was paced at 0.99 of its NIC) and leaves room for a busy machine's noise (the mean of 4
-# iterations per mode: one run's iterations differ by 10-20% beside other work).
-ADVICE_FLOOR = 0.7
+# advice >= none (the bench's figure, not met: 0.73-0.97 at 4 MB on one machine, 0.67-0.74 on
+# another, 2026-12-06, with every fix below). The floor catches the defect this test found first
+# (0.52 when chatter was a demand) and leaves room for a slower machine and a busy one (the mean of
+# 4 iterations per mode: one run's iterations differ by 10-20% beside other work); the second one
+# (0.64-0.68 when a lone flow was paced at 0.99 of its NIC) is pinned where it lives, by
+# tests/unit/controller/test_advice.py (line-rate advice) and tests/integration/test_pacer.py.
+ADVICE_FLOOR = 0.6
 
 
 @pytest.fixture(scope="module")
@@ -133,33 +135,55 @@ def test_a_ddp_training_runs_and_reports_its_step_times(fabric):
     assert os.environ.get("RANK") is None  # the ranks' variables stay theirs
 
 
+def _busiest_fabric_direction(fabric: Testbed, seconds: float = 2.0) -> tuple[str, str]:
+    """The switch-to-switch direction that sent the most frames over the next `seconds` (the soft
+    switches' own port counters): the job's ring runs on ephemeral ports, so ECMP decides which
+    uplinks carry it, and a direction it does not use carries no frames a loss could be seen in."""
+    def sent() -> dict[tuple[str, str], int]:
+        out = {}
+        for sw in (s.name for s in fabric.topo.switches):
+            ports = fabric.switch_stats(sw)["ports"]
+            for link in fabric.topo.links_of(sw):
+                peer = link.other(sw)
+                if fabric.topo.is_switch(peer):
+                    out[(sw, peer)] = int(ports[str(link.port_of(sw))]["tx_pkts"])
+        return out
+    before = sent()
+    time.sleep(seconds)  # the stats files are rewritten every 0.5 s
+    after = sent()
+    return max(after, key=lambda d: (after[d] - before.get(d, 0), d))
+
+
 def test_a_lossy_link_under_a_ddp_job_is_named_by_diagnose_without_the_helper(fabric):
     pytest.importorskip("torch", reason="PyTorch is the optional extra `make deps` installs ('.[torch]')")
     # no --report-steps: the network's evidence only
     workdir, job, ran = _ddp_in_background(fabric, "ddp-fault", ["--steps", "400", "--hidden", "64"])
     named = onset = None
     top = ""
+    lossy = ("s1", "s3")
     try:
         log = workdir / "rank0-h1.log"
         while job.is_alive() and not (log.exists() and "step 5 " in log.read_text(errors="replace")):
             time.sleep(0.25)  # until the ranks met and train
+        lossy = _busiest_fabric_direction(fabric)
         assert job.is_alive(), "the job ended before the fault"
         onset = time.monotonic()
-        inject(fabric, Fault("loss", ("s1", "s3"), percent=10))
+        inject(fabric, Fault("loss", lossy, percent=10))
         while job.is_alive() and time.monotonic() - onset < 30:
             alerts = [s for s in diagnose(fabric.run_dir).suspects if s.alert]
             top = f"{alerts[0].target} ({alerts[0].fault})" if alerts else ""
-            if alerts and alerts[0].target == "link s1-s3":
+            if alerts and alerts[0].target == f"link {'-'.join(sorted(lossy))}":
                 named = time.monotonic() - onset
                 break
             time.sleep(0.25)
         training = job.is_alive()
     finally:
-        inject(fabric, Fault("loss", ("s1", "s3"), percent=0))
+        inject(fabric, Fault("loss", lossy, percent=0))
     job.join(300)
     outcome = ran["outcome"]
-    print(f"\n10% loss s1 -> s3 under an 8-rank DDP job (no helper) named by diagnose {named} s after its onset "
-          f"(goal <= 10 s); last top alert: {top or 'none'}\n{outcome.table}")
+    print(f"\n10% loss {lossy[0]} -> {lossy[1]} (the job's busiest fabric direction) under an 8-rank DDP job "
+          f"(no helper) named by diagnose {named} s after its onset (goal <= 10 s); last top alert: {top or 'none'}"
+          f"\n{outcome.table}")
     assert outcome.ok, outcome.table + "\n" + outcome.failure_tails()
     assert named is not None and named <= 20, f"top alert {top or 'none'}; job still training: {training}"
 

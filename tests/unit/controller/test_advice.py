@@ -96,11 +96,11 @@ def test_a_reply_is_a_demand_briefly_a_transfer_for_a_few_report_gaps_at_its_adv
         assert pairs == {("10.0.3.1", "10.0.4.1"), ("10.0.4.1", "10.0.3.1")}
         assert loop.mouse_timeout_s["10.0.4.1"] == pytest.approx(0.2)  # 20 Mbit/s: 4 report gaps are 19 ms
         assert {(d.src, d.dst) for d in loop.demands(now + 0.1, collector.snapshot())} == pairs
-        # the transfer, unadvised (its NIC's 20 Mbit/s): 4 gaps of 8 frames are 19 ms, the floor 0.2 s
+        # the transfer, unadvised (its NIC's 20 Mbit/s): 12 gaps of 8 frames are 58 ms, the floor 0.2 s
         assert not {(d.src, d.dst) for d in loop.demands(now + 0.25, collector.snapshot())}
-        loop.sent[("10.0.3.1", "10.0.4.1")] = 1e6  # advised 1 Mbit/s: 4 gaps are 0.39 s
-        assert {(d.src, d.dst) for d in loop.demands(now + 0.35, collector.snapshot())} == {("10.0.3.1", "10.0.4.1")}
-        assert not {(d.src, d.dst) for d in loop.demands(now + 0.45, collector.snapshot())}
+        loop.sent[("10.0.3.1", "10.0.4.1")] = 2e6  # advised 2 Mbit/s: 12 gaps are 0.58 s
+        assert {(d.src, d.dst) for d in loop.demands(now + 0.55, collector.snapshot())} == {("10.0.3.1", "10.0.4.1")}
+        assert not {(d.src, d.dst) for d in loop.demands(now + 0.62, collector.snapshot())}
         loop.sent[("10.0.3.1", "10.0.4.1")] = 10e3  # never longer than FLOW_TIMEOUT_S
         assert {(d.src, d.dst) for d in loop.demands(now + 0.95, collector.snapshot())} == {("10.0.3.1", "10.0.4.1")}
         assert not {(d.src, d.dst) for d in loop.demands(now + 1.1, collector.snapshot())}
