@@ -21,6 +21,7 @@ import pytest
 
 from emulation.faults import Fault, inject
 from emulation.net import Testbed
+from emulation.waiting import wait_until
 from topologies import leafspine
 from wire import runfiles
 from wire.adviceclient import diagnose
@@ -71,13 +72,8 @@ def test_a_failing_rank_ends_the_job_and_leaves_nothing_running(fabric):
     assert outcome.elapsed_s < 30
     leftovers = [p for p in (fabric.run_dir / runfiles.PIDS).glob("rank-*fail*")]
     assert not leftovers, leftovers
-    for proc in Path("/proc").iterdir():  # the sleeps the ranks started went with them
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            assert cmdline[:2] != [b"sleep", b"300"], f"pid {proc.name} left running"
+    for pid, argv in _processes().items():  # the sleeps the ranks started went with them
+        assert argv[:2] != [b"sleep", b"300"], f"pid {pid} left running"
 
 
 def test_a_hung_job_is_ended_by_its_timeout(fabric):
@@ -206,6 +202,50 @@ def test_an_open_mpi_allreduce_runs_over_the_fabric_exactly(fabric, algorithm):
     assert len(list((outcome.workdir / "mpi-output" / "1").glob("rank.*"))) == 8
     hosts = json.loads((outcome.workdir / "mpi-hosts.json").read_text())
     assert sorted(h["name"] for h in hosts.values()) == sorted(ALL)
+
+
+def _processes() -> dict[int, list[bytes]]:
+    """pid → argv of every process on the machine (those that ended while read are left out)."""
+    out = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                out[int(proc.name)] = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+    return out
+
+
+def _left_over(before: set[int], marker: bytes) -> dict[int, list[bytes]]:
+    """Processes started since `before` that carry `marker` in their argv or are Open MPI's daemons."""
+    return {pid: argv for pid, argv in _processes().items() if pid not in before
+            and (marker in argv or any(Path(a.decode(errors="replace")).name == "orted" for a in argv[:1]))}
+
+
+def test_a_hung_mpi_job_is_ended_by_its_timeout_with_its_daemons_on_every_host(fabric):
+    pytest.importorskip("mpi4py", reason="Debian's python3-mpi4py, which `make deps` installs and links into the venv")
+    before = set(_processes())
+    spec = CommandSpec(argv=["sleep", "307"], hosts=["h1", "h2", "h5", "h6"], name="mpi-hung", launcher="mpi",
+                       timeout_s=15, grace_s=2)
+    ran: dict = {}
+    job = threading.Thread(target=lambda: ran.update(outcome=run_command(spec, FabricView.of_testbed(fabric),
+                                                                         progress=None)), daemon=True)
+    job.start()
+    seen: dict[int, list[bytes]] = {}
+
+    def all_started() -> bool:
+        seen.update(_left_over(before, b"307"))
+        sleeps = [argv for argv in seen.values() if argv[:2] == [b"sleep", b"307"]]
+        return len(sleeps) == 4 and sum(Path(argv[0].decode()).name == "orted" for argv in seen.values()) >= 3
+    started = wait_until(all_started, 12.0)  # a rank in each host, under mpirun's daemon in h2, h5, h6
+    job.join(60)
+    outcome = ran["outcome"]
+    print("\n" + outcome.table)
+    assert started, seen
+    assert outcome.status == "timeout", outcome.table
+    assert outcome.elapsed_s < 25
+    # nothing of it stays: not the daemons, not the ranks under them
+    assert wait_until(lambda: not _left_over(before, b"307"), 10.0), _left_over(before, b"307")
 
 
 def _ddp_in_background(fabric: Testbed, name: str, args: list[str]) -> tuple[Path, threading.Thread, dict]:
