@@ -10,7 +10,8 @@
   paths.py (`PathScheduler`, mode paths): flows placed on paths, pinned (flow_pin; paths.csv);
 - healing.py (`Healer`): probes and carriers find failed links; re-route, re-plan, links.csv;
 - diagnosis.py (`Diagnoser`): the localiser and diagnosis.csv;
-- service.py: the advice API on the run directory's Unix socket; faults.py: injected loss.
+- service.py: the advice API on the run directory's Unix socket; faults.py: injected loss;
+- metrics.py: Prometheus `/metrics` on 127.0.0.1 (its address in the run directory's metrics.addr).
 
 Reads ``topology.yaml`` and ``switches.json`` (name → gRPC address, device id, and for BMv2 the p4c
 output: BMv2 JSON and its P4Info) from the run directory and writes ``controller.ready`` once
@@ -34,6 +35,7 @@ from controller.diagnosis import Diagnoser
 from controller.faults import LinkLoss
 from controller.healing import Healer
 from controller.localizer import Suspect
+from controller.metrics import FabricState, on_loop, serve
 from controller.options import ControllerOptions
 from controller.p4rt_client import SwitchError, SwitchSession
 from controller.paths import FLOW_PIN, PATHS_HEADER, pin_row
@@ -84,6 +86,23 @@ class Controller:
             self.pin_log.write(PATHS_HEADER)
         self.switches.handlers = {REASON_INT_REPORT: lambda name, packet: self.collector.feed(packet.payload),
                                   REASON_PROBE: self.healer.on_probe}
+
+    def fabric_state(self) -> FabricState:
+        """A copy of what the parts hold, for /metrics (controller/metrics.py); on the event loop."""
+        peer = {(sw, link.port_of(sw)): link.other(sw) for link in self.topo.links for sw in (link.a, link.b)
+                if self.topo.is_switch(sw)}
+        snap = self.collector.snapshot()
+        ports = {(v.switch, v.port, peer.get((v.switch, v.port), "")):
+                 (float(v.queue_pkts), v.utilisation or 0.0, v.hop_latency_us / 1e6, v.capacity_mbps * 1e6)
+                 for v in snap.ports.values()}
+        counters = {(sw, port, peer.get((sw, port), "")): values
+                    for (sw, port), values in self.diagnoser.last_counters.items()}
+        down = self.healer.down
+        links = {(link.a, link.b): frozenset((link.a, link.b)) not in down for link in self.topo.links}
+        host = self.advice.host_by_ip
+        advice = {(host.get(src, src), host.get(dst, dst)): rate for (src, dst), rate in self.advice.sent.items()}
+        return FabricState(ports, counters, links, advice, self.diagnoser.localizer.ranked(), snap.reports,
+                           snap.bad_reports)
 
     @property
     def sessions(self) -> dict[str, SwitchSession]:
@@ -156,6 +175,10 @@ class Controller:
 
     async def run(self) -> None:
         server = await start_server(self.run_dir, self.collector, self.advice, self)
+        metrics = None
+        if self.options.metrics_port is not None:
+            metrics, _ = serve(on_loop(asyncio.get_running_loop(), self.fabric_state), self.options.metrics_port)
+            (self.run_dir / runfiles.METRICS_ADDR).write_text(f"127.0.0.1:{metrics.server_port}\n")
         await self.start()
         tasks = [asyncio.create_task(self.switches.watch(n)) for n in self.sessions]
         tasks.append(asyncio.create_task(self._age_telemetry()))
@@ -174,6 +197,9 @@ class Controller:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.switches.close()
         await server.stop(0.5)
+        if metrics is not None:
+            metrics.shutdown()
+            metrics.server_close()
         self.collector.close()
         self.advice.close()
         self.healer.close()

@@ -30,6 +30,7 @@ class Diagnoser:
         self.switches, self.collector, self.host_by_ip, self.down = switches, collector, host_by_ip, down
         self.localizer = Localizer(topo)
         self.localized_at = 0.0
+        self.last_counters: dict[tuple[str, int], tuple[int, int, int]] = {}  # the last read (for /metrics)
         self.log = (run_dir / runfiles.DIAGNOSIS).open("a")
         if self.log.tell() == 0:
             self.log.write(DIAGNOSIS_HEADER)
@@ -70,6 +71,7 @@ class Diagnoser:
             await asyncio.sleep(period_s)
             try:
                 counters = await self.counters()
+                self.last_counters = counters
                 alerts = len(self.localizer.alerts)
                 wall = time.time()
                 self.localizer.update(wall, counters, set(self.down()), self.collector.take_latency_lows(),

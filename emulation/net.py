@@ -390,6 +390,12 @@ class Testbed:
             self._schemas[path] = P4Schema.load(path)
         return self._schemas[path]
 
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the controller serves Prometheus /metrics (controller/metrics.py); None: not served."""
+        path = self.run_dir / runfiles.METRICS_ADDR
+        return f"http://{path.read_text().strip()}/metrics" if path.exists() else None
+
     def switch_stats(self, name: str) -> dict:
         """The soft switch's own per-port queue/drop counters (written every 0.5 s)."""
         path = self.run_dir / runfiles.switch_stats(name)

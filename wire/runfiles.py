@@ -9,6 +9,7 @@ components write into it and the lab, the console and the tests read it:
     switches/<sw>.log, switches/<sw>.stats.json, switches/<sw>.faults   one per switch process
     controller.addr          where the advice API listens (a unix: path, controller.sock, or 127.0.0.1:port)
     controller.ready, controller.log, controller.out, p4runtime-requests.log
+    metrics.addr             where the controller serves Prometheus /metrics (127.0.0.1:port)
     telemetry.csv            per-port INT readings: time, switch, port, queue_pkts, hop_latency_us,
                              tx_rate_mbps, utilisation (the controller's collector)
     int-flows.csv            one row per INT-reported flow and its path (the collector)
@@ -40,6 +41,7 @@ CONTROLLER_SOCK = "controller.sock"
 CONTROLLER_READY = "controller.ready"
 CONTROLLER_LOG = "controller.log"
 CONTROLLER_OUT = "controller.out"
+METRICS_ADDR = "metrics.addr"  # the controller's Prometheus /metrics, 127.0.0.1:PORT
 P4RUNTIME_LOG = "p4runtime-requests.log"
 TELEMETRY = "telemetry.csv"
 INT_FLOWS = "int-flows.csv"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import subprocess
+import time
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from controller.routing import compute_routes
 from emulation.net import Testbed
@@ -113,3 +116,45 @@ def port_out(tb: Testbed, switch: str, port: int) -> int:
 def int_ip(ip: str) -> int:
     a, b, c, d = (int(x) for x in ip.split("."))
     return (a << 24) | (b << 16) | (c << 8) | d
+
+
+def test_the_controllers_prometheus_metrics_follow_the_fabric(fabric):
+    """/metrics (controller/metrics.py) on 127.0.0.1: every link up, every fabric port's P4Runtime
+    counters, INT's port state once traffic ran; series fixed by the topology, not by the flows."""
+    url = fabric.metrics_url
+    assert url and url.startswith("http://127.0.0.1:"), url
+    h1, h5 = fabric.host("h1"), fabric.host("h5")
+    for port in range(31000, 31020):  # twenty flows: INT reports, and counters that move
+        send_udp(h1, h5.IP(), port, 20)
+
+    def scrape() -> tuple[dict[str, list], float]:
+        t0 = time.monotonic()
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        took = time.monotonic() - t0
+        return {f.name: f.samples for f in text_string_to_metric_families(text) if f.name.startswith("starnet_")}, took
+
+    def counted() -> bool:
+        families, _ = scrape()
+        tx = families.get("starnet_port_tx_packets", [])
+        return len(tx) == 8 and sum(s.value for s in tx) > 0 and families["starnet_int_reports"][0].value > 0
+    assert wait_until(counted, 10.0), scrape()[0]
+    families, took = scrape()
+    links = {(s.labels["a"], s.labels["b"]): s.value for s in families["starnet_link_up"]}
+    assert len(links) == len(fabric.topo.links) and set(links.values()) == {1.0}
+    assert {s.labels["peer"] for s in families["starnet_port_tx_packets"]} == {"s1", "s2", "s3", "s4"}
+    assert any(s.labels["peer"] == "h5" for s in families["starnet_port_queue_packets"])  # INT saw h5's port
+    for port in range(32000, 32050):  # fifty more flows: no series of their own
+        send_udp(h1, h5.IP(), port, 2)
+    time.sleep(1.5)  # a counter read and INT's reports later
+    families, _ = scrape()
+    topo = fabric.topo
+    ports = {(sw.name, str(link.port_of(sw.name)), link.other(sw.name)) for sw in topo.switches
+             for link in topo.links_of(sw.name)}
+    for name in ("starnet_port_queue_packets", "starnet_port_utilisation_ratio", "starnet_port_tx_packets"):
+        assert {(s.labels["switch"], s.labels["port"], s.labels["peer"]) for s in families[name]} <= ports, name
+    hosts = len(topo.hosts)
+    bound = 4 * len(ports) + 3 * 8 + len(topo.links) + hosts * (hosts - 1) + 2 * 2 * len(topo.links) + 2
+    series = sum(len(samples) for samples in families.values())
+    print(f"\n/metrics: {series} series (bound from the topology {bound}), scrape {took * 1e3:.1f} ms")
+    assert series <= bound and took < 1.0, (series, took)

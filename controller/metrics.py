@@ -1,0 +1,123 @@
+"""Prometheus metrics of the running fabric: `/metrics` in the Prometheus text format, served by the
+controller on 127.0.0.1 only (an ephemeral port unless `--metrics-port`; the address is written to
+the run directory's `metrics.addr`) by prometheus_client's own HTTP server, in a thread of its own.
+
+A scrape asks the controller's event loop for a copy of what its parts hold (`FabricState`: the INT
+collector's port state, the localiser's last counter read and its suspects, the healer's link
+states, the advice last sent) and renders that copy in the server's thread: nothing on the packet
+path, nothing read while the loop writes it.
+
+Names are prefixed `starnet_` and in base units (bytes, seconds, bits per second, ratios); labels
+come from the topology — switch, port, peer, link ends, hosts, a suspect's target and fault — never
+from flows, so the number of series is fixed by the fabric, not by its traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from controller.localizer import Suspect
+
+PortKey = tuple[str, int, str]  # switch, port, the node at its other end
+SCRAPE_TIMEOUT_S = 2.0  # a scrape waits this long for the event loop's copy
+# Every metric the controller serves: name (without the _total a counter's sample adds) → help.
+METRICS = {
+    "starnet_port_queue_packets": "Queue depth of a switch port in packets, as INT last reported it",
+    "starnet_port_utilisation_ratio": "Share of a switch port's capacity it sent at between INT reports (0-1)",
+    "starnet_port_hop_latency_seconds": "Hop latency INT last reported at a switch port",
+    "starnet_port_capacity_bits_per_second": "Capacity of the link a switch port sends on",
+    "starnet_port_rx_packets": "Frames a fabric port received (P4Runtime counter StarIngress.port_rx)",
+    "starnet_port_tx_packets": "Frames a fabric port sent (P4Runtime counter StarEgress.port_tx)",
+    "starnet_port_tx_bytes": "Bytes a fabric port sent (P4Runtime counter StarEgress.port_tx)",
+    "starnet_link_up": "1 while a link carries traffic, 0 while its carrier or its probes say it is down",
+    "starnet_advice_rate_bits_per_second": "Rate the controller advised a source host for a destination host",
+    "starnet_suspect_score": "The localiser's score of a suspect (0-1)",
+    "starnet_suspect_alert": "1 when the localiser raises an alert for the suspect",
+    "starnet_int_reports": "INT reports the collector decoded",
+    "starnet_int_bad_reports": "INT reports the collector could not decode (counted and dropped)",
+}
+
+
+@dataclass(frozen=True)
+class FabricState:
+    """A copy of what the controller's parts hold, taken on its event loop.
+    ports: (switch, port, peer) → (queue packets, utilisation 0-1, hop latency s, capacity bit/s);
+    counters: (switch, port, peer) → (rx packets, tx packets, tx bytes), fabric ports;
+    links: (end a, end b) → up; advice: (source host, destination host) → bit/s."""
+
+    ports: dict[PortKey, tuple[float, float, float, float]] = field(default_factory=dict)
+    counters: dict[PortKey, tuple[int, int, int]] = field(default_factory=dict)
+    links: dict[tuple[str, str], bool] = field(default_factory=dict)
+    advice: dict[tuple[str, str], float] = field(default_factory=dict)
+    suspects: list[Suspect] = field(default_factory=list)
+    int_reports: int = 0
+    int_bad_reports: int = 0
+
+
+class FabricMetrics(Collector):
+    """The metric families of one FabricState, read when scraped."""
+
+    def __init__(self, read: Callable[[], FabricState]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        state = self.read()
+        port_labels = ["switch", "port", "peer"]
+
+        def by_port(name: str, family: type[GaugeMetricFamily] | type[CounterMetricFamily],
+                    values: dict[PortKey, float]) -> Metric:
+            metric = family(name, METRICS[name], labels=port_labels)
+            for (switch, port, peer), value in sorted(values.items()):
+                metric.add_metric([switch, str(port), peer], value)
+            return metric
+
+        for i, name in enumerate(("starnet_port_queue_packets", "starnet_port_utilisation_ratio",
+                                  "starnet_port_hop_latency_seconds", "starnet_port_capacity_bits_per_second")):
+            yield by_port(name, GaugeMetricFamily, {k: v[i] for k, v in state.ports.items()})
+        for i, name in enumerate(("starnet_port_rx_packets", "starnet_port_tx_packets", "starnet_port_tx_bytes")):
+            yield by_port(name, CounterMetricFamily, {k: v[i] for k, v in state.counters.items()})
+        links = GaugeMetricFamily("starnet_link_up", METRICS["starnet_link_up"], labels=["a", "b"])
+        for (a, b), up in sorted(state.links.items()):
+            links.add_metric([a, b], 1.0 if up else 0.0)
+        yield links
+        advice = GaugeMetricFamily("starnet_advice_rate_bits_per_second",
+                                   METRICS["starnet_advice_rate_bits_per_second"], labels=["src", "dst"])
+        for (src, dst), rate in sorted(state.advice.items()):
+            advice.add_metric([src, dst], rate)
+        yield advice
+        score = GaugeMetricFamily("starnet_suspect_score", METRICS["starnet_suspect_score"],
+                                  labels=["target", "fault"])
+        alert = GaugeMetricFamily("starnet_suspect_alert", METRICS["starnet_suspect_alert"],
+                                  labels=["target", "fault"])
+        for s in state.suspects:
+            score.add_metric([s.target, s.fault], s.score)
+            alert.add_metric([s.target, s.fault], 1.0 if s.alert else 0.0)
+        yield score
+        yield alert
+        yield CounterMetricFamily("starnet_int_reports", METRICS["starnet_int_reports"], value=state.int_reports)
+        yield CounterMetricFamily("starnet_int_bad_reports", METRICS["starnet_int_bad_reports"],
+                                  value=state.int_bad_reports)
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, take: Callable[[], FabricState]) -> Callable[[], FabricState]:
+    """A reader for another thread: `take` runs on the event loop, the caller waits for its copy."""
+    async def taken() -> FabricState:
+        return take()
+
+    return lambda: asyncio.run_coroutine_threadsafe(taken(), loop).result(SCRAPE_TIMEOUT_S)
+
+
+def serve(read: Callable[[], FabricState], port: int = 0) -> tuple[WSGIServer, threading.Thread]:
+    """/metrics on 127.0.0.1:port (0: a free port; the server's `server_port` says which)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FabricMetrics(read))
+    return start_http_server(port, addr="127.0.0.1", registry=registry)

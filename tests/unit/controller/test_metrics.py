@@ -1,0 +1,89 @@
+"""The controller's Prometheus /metrics (controller/metrics.py): served on 127.0.0.1 only, in the text
+format Prometheus parses, every family it documents, labels from the topology and never from flows."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from controller.localizer import Suspect
+from controller.metrics import METRICS, FabricState, on_loop, serve
+
+
+def state() -> FabricState:
+    return FabricState(
+        ports={("s1", 1, "s3"): (4.0, 0.5, 250e-6, 20e6), ("s3", 5, "h5"): (0.0, 0.1, 40e-6, 20e6)},
+        counters={("s1", 1, "s3"): (10, 20, 30_000)},
+        links={("s1", "s3"): False, ("s3", "h5"): True},
+        advice={("h1", "h5"): 9.5e6},
+        suspects=[Suspect("link s1-s3", "down", 1.0, "carrier lost", alert=True)],
+        int_reports=123, int_bad_reports=2)
+
+
+def scrape(port: int) -> dict[str, list]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text) if f.name.startswith("starnet_")}
+
+
+@pytest.fixture()
+def server():
+    httpd, thread = serve(state)
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(5)
+
+
+def test_every_documented_metric_is_served_on_the_loopback_only(server):
+    assert server.server_address[0] == "127.0.0.1"
+    families = scrape(server.server_port)
+    assert set(families) == set(METRICS)
+    queue = {(s.labels["switch"], s.labels["port"], s.labels["peer"]): s.value
+             for s in families["starnet_port_queue_packets"]}
+    assert queue == {("s1", "1", "s3"): 4.0, ("s3", "5", "h5"): 0.0}
+    [tx_bytes] = families["starnet_port_tx_bytes"]
+    assert tx_bytes.name == "starnet_port_tx_bytes_total" and tx_bytes.value == 30_000
+    assert {(s.labels["a"], s.labels["b"]): s.value for s in families["starnet_link_up"]} == \
+        {("s1", "s3"): 0.0, ("s3", "h5"): 1.0}
+    [advice] = families["starnet_advice_rate_bits_per_second"]
+    assert advice.labels == {"src": "h1", "dst": "h5"} and advice.value == 9.5e6
+    [alert] = families["starnet_suspect_alert"]
+    assert alert.labels == {"target": "link s1-s3", "fault": "down"} and alert.value == 1.0
+    assert families["starnet_int_bad_reports"][0].value == 2
+
+
+def test_no_label_names_a_flow(server):
+    allowed = {"switch", "port", "peer", "a", "b", "src", "dst", "target", "fault"}
+    for name, samples in scrape(server.server_port).items():
+        for sample in samples:
+            assert set(sample.labels) <= allowed, (name, sample.labels)
+
+
+def test_a_scrape_reads_the_event_loops_copy_from_its_own_thread():
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    threads = []
+
+    def take() -> FabricState:
+        threads.append(threading.current_thread())
+        return state()
+
+    try:
+        httpd, thread = serve(on_loop(loop, take))
+        try:
+            assert scrape(httpd.server_port)["starnet_int_reports"][0].value == 123
+        finally:
+            httpd.shutdown()
+            httpd.server_close()
+            thread.join(5)
+        assert threads == [runner]  # taken on the loop's thread, not the server's
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(5)
+        loop.close()
