@@ -5,6 +5,7 @@ PYTHON ?= python3
 # its venv off the shared folder, where the host may keep a .venv of its own; vm/provision.sh).
 VENV := $(or $(shell cat /etc/starnet/venv 2>/dev/null),.venv)
 PY := $(VENV)/bin/python
+PROMETHEUS := $(VENV)/prometheus/usr/bin/prometheus
 APT_PACKAGES := mininet iproute2 iperf iperf3 iputils-ping ethtool python3-venv
 # For the tests of the VM's files (Vagrantfile, vm/provision.sh)
 APT_PACKAGES += ruby shellcheck
@@ -20,7 +21,16 @@ ELECTION ?= 0,1
 .PHONY: deps apt venv run test test-unit test-integration test-repeat fuzz clean p4 shell bench lint proto reference demo diagnose-eval
 
 # The venv, and p4runtime-shell in a venv of its own (make shell; a test drives it against a soft switch)
-deps: apt venv $(VENV)-shell/.installed
+deps: apt venv $(VENV)-shell/.installed $(PROMETHEUS)
+
+# Prometheus (Debian's build) for the /metrics test and for users' scrapes: its binary only, unpacked
+# from the package into the venv. Installing the package would start a daemon on every address.
+$(PROMETHEUS):
+	@mkdir -p $(VENV)/prometheus
+	@cd $(VENV)/prometheus && rm -f prometheus_*.deb && \
+	  { apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; } && \
+	  dpkg-deb -x prometheus_*.deb . && rm -f prometheus_*.deb
+	@$@ --version | head -1
 
 apt:
 	@missing=""; for p in $(APT_PACKAGES); do \

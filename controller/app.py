@@ -101,8 +101,16 @@ class Controller:
         links = {(link.a, link.b): frozenset((link.a, link.b)) not in down for link in self.topo.links}
         host = self.advice.host_by_ip
         advice = {(host.get(src, src), host.get(dst, dst)): rate for (src, dst), rate in self.advice.sent.items()}
-        return FabricState(ports, counters, links, advice, self.diagnoser.localizer.ranked(), snap.reports,
-                           snap.bad_reports)
+        probes = {}
+        if self.healer.monitor is not None:
+            now = asyncio.get_running_loop().time()  # the probes' clock
+            for state in self.healer.monitor.links.values():
+                for origin, other in ((state.a, state.b), (state.b, state.a)):
+                    probes[(*origin, other[0])] = (state.probes.get(origin, 0), max(0.0, now - state.last_seen[origin]))
+        return FabricState(ports=ports, counters=counters, links=links, advice=advice,
+                           suspects=self.diagnoser.localizer.ranked(),
+                           drops={k: dict(v) for k, v in self.diagnoser.last_drops.items()}, probes=probes,
+                           int_reports=snap.reports, int_bad_reports=snap.bad_reports)
 
     @property
     def sessions(self) -> dict[str, SwitchSession]:

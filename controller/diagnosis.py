@@ -18,6 +18,7 @@ from controller.telemetry import Collector
 from topologies.spec import Topology
 from wire import advice_pb2 as pb
 from wire import runfiles
+from wire.drops import DROP_COUNTER, DROP_REASONS, by_reason
 
 log = logging.getLogger("controller")
 
@@ -31,6 +32,7 @@ class Diagnoser:
         self.localizer = Localizer(topo)
         self.localized_at = 0.0
         self.last_counters: dict[tuple[str, int], tuple[int, int, int]] = {}  # the last read (for /metrics)
+        self.last_drops: dict[str, dict[str, int]] = {}  # switch → drop reason → frames, the last read (/metrics)
         self.log = (run_dir / runfiles.DIAGNOSIS).open("a")
         if self.log.tell() == 0:
             self.log.write(DIAGNOSIS_HEADER)
@@ -44,14 +46,15 @@ class Diagnoser:
 
     async def counters(self) -> dict[tuple[str, int], tuple[int, int, int]]:
         """Every fabric port's (rx packets, tx packets, tx bytes), read over P4Runtime: one Read per
-        switch for just those cells."""
+        switch for just those cells (and its drop reasons', kept in last_drops)."""
         sessions = self.switches.sessions
         ports: dict[str, list[int]] = {}
         for sender, _receiver, _ in self.localizer.directions:
             ports.setdefault(sender[0], []).append(sender[1])
         names = [n for n in ports if sessions[n].is_primary.is_set()]
+        drops = [(DROP_COUNTER, i) for i in range(len(DROP_REASONS))]  # the same Read: for /metrics
         results = await asyncio.gather(*(sessions[n].read_counter_cells(
-            [(c, p) for p in ports[n] for c in ("StarIngress.port_rx", "StarEgress.port_tx")]) for n in names),
+            [(c, p) for p in ports[n] for c in ("StarIngress.port_rx", "StarEgress.port_tx")] + drops) for n in names),
             return_exceptions=True)
         counters = {}
         for name, result in zip(names, results, strict=True):
@@ -62,6 +65,8 @@ class Diagnoser:
                 rx = result.get(("StarIngress.port_rx", port), (0, 0))
                 tx = result.get(("StarEgress.port_tx", port), (0, 0))
                 counters[(name, port)] = (rx[0], tx[0], tx[1])
+            self.last_drops[name] = {reason: cells[0] for reason, cells in
+                                     by_reason({i: result[(c, i)] for c, i in drops if (c, i) in result}).items()}
         return counters
 
     async def run(self, period_s: float = 1.0) -> None:

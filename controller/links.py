@@ -75,6 +75,7 @@ class LinkState:
     good_since: float | None = None  # while down: when probes started to flow again in both directions
     down_at: float = 0.0
     carrier_lost: set[End] = field(default_factory=set)  # ends whose port reports no carrier
+    probes: dict[End, int] = field(default_factory=dict)  # sending end → probes received from it (/metrics)
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ class LinkMonitor:
         if state is None or at not in (state.a, state.b) or at == origin:
             return  # not a fabric link end we know, or wired differently than the topology says
         state.last_seen[origin] = max(state.last_seen[origin], sent)
+        state.probes[origin] = state.probes.get(origin, 0) + 1
         self.newest_into[at[0]] = max(self.newest_into.get(at[0], sent), sent)
         self.newest_from[origin[0]] = max(self.newest_from.get(origin[0], sent), sent)
         self.newest_any = max(self.newest_any, sent)

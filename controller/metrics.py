@@ -42,9 +42,17 @@ METRICS = {
     "starnet_advice_rate_bits_per_second": "Rate the controller advised a source host for a destination host",
     "starnet_suspect_score": "The localiser's score of a suspect (0-1)",
     "starnet_suspect_alert": "1 when the localiser raises an alert for the suspect",
+    "starnet_drops": "Frames a switch dropped, by reason (P4Runtime counter StarIngress.drop_reason)",
+    "starnet_probe_received": "Link probes a fabric port's peer received from it (self-healing)",
+    "starnet_probe_age_seconds": "Time since the newest probe a fabric port sent reached its peer "
+                                 "(above probe period x misses: the link direction is down)",
     "starnet_int_reports": "INT reports the collector decoded",
     "starnet_int_bad_reports": "INT reports the collector could not decode (counted and dropped)",
 }
+
+
+COUNTERS = {"starnet_port_rx_packets", "starnet_port_tx_packets", "starnet_port_tx_bytes", "starnet_drops",
+            "starnet_probe_received", "starnet_int_reports", "starnet_int_bad_reports"}  # served with _total
 
 
 @dataclass(frozen=True)
@@ -52,13 +60,16 @@ class FabricState:
     """A copy of what the controller's parts hold, taken on its event loop.
     ports: (switch, port, peer) → (queue packets, utilisation 0-1, hop latency s, capacity bit/s);
     counters: (switch, port, peer) → (rx packets, tx packets, tx bytes), fabric ports;
-    links: (end a, end b) → up; advice: (source host, destination host) → bit/s."""
+    links: (end a, end b) → up; advice: (source host, destination host) → bit/s; drops: switch →
+    reason → frames; probes: (switch, port, peer) → (probes received from it, seconds since the newest)."""
 
     ports: dict[PortKey, tuple[float, float, float, float]] = field(default_factory=dict)
     counters: dict[PortKey, tuple[int, int, int]] = field(default_factory=dict)
     links: dict[tuple[str, str], bool] = field(default_factory=dict)
     advice: dict[tuple[str, str], float] = field(default_factory=dict)
     suspects: list[Suspect] = field(default_factory=list)
+    drops: dict[str, dict[str, int]] = field(default_factory=dict)
+    probes: dict[PortKey, tuple[int, float]] = field(default_factory=dict)
     int_reports: int = 0
     int_bad_reports: int = 0
 
@@ -85,6 +96,13 @@ class FabricMetrics(Collector):
             yield by_port(name, GaugeMetricFamily, {k: v[i] for k, v in state.ports.items()})
         for i, name in enumerate(("starnet_port_rx_packets", "starnet_port_tx_packets", "starnet_port_tx_bytes")):
             yield by_port(name, CounterMetricFamily, {k: v[i] for k, v in state.counters.items()})
+        yield by_port("starnet_probe_received", CounterMetricFamily, {k: v[0] for k, v in state.probes.items()})
+        yield by_port("starnet_probe_age_seconds", GaugeMetricFamily, {k: v[1] for k, v in state.probes.items()})
+        drops = CounterMetricFamily("starnet_drops", METRICS["starnet_drops"], labels=["switch", "reason"])
+        for switch, reasons in sorted(state.drops.items()):
+            for reason, frames in reasons.items():
+                drops.add_metric([switch, reason], frames)
+        yield drops
         links = GaugeMetricFamily("starnet_link_up", METRICS["starnet_link_up"], labels=["a", "b"])
         for (a, b), up in sorted(state.links.items()):
             links.add_metric([a, b], 1.0 if up else 0.0)

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
+import sys
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,6 +27,7 @@ from topologies import leafspine
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 
 TCP_MIN_SHARE = 0.6
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +151,10 @@ def test_the_controllers_prometheus_metrics_follow_the_fabric(fabric):
     assert len(links) == len(fabric.topo.links) and set(links.values()) == {1.0}
     assert {s.labels["peer"] for s in families["starnet_port_tx_packets"]} == {"s1", "s2", "s3", "s4"}
     assert any(s.labels["peer"] == "h5" for s in families["starnet_port_queue_packets"])  # INT saw h5's port
+    ages = [s.value for s in families["starnet_probe_age_seconds"]]
+    assert len(ages) == 8 and max(ages) < 1.0, ages  # probes every 50 ms over every fabric direction
+    drops = {(s.labels["switch"], s.labels["reason"]) for s in families["starnet_drops"]}
+    assert len(drops) == 9 * len(fabric.topo.switches) and ("s3", "queue_full") in drops
     for port in range(32000, 32050):  # fifty more flows: no series of their own
         send_udp(h1, h5.IP(), port, 2)
     time.sleep(1.5)  # a counter read and INT's reports later
@@ -154,7 +165,62 @@ def test_the_controllers_prometheus_metrics_follow_the_fabric(fabric):
     for name in ("starnet_port_queue_packets", "starnet_port_utilisation_ratio", "starnet_port_tx_packets"):
         assert {(s.labels["switch"], s.labels["port"], s.labels["peer"]) for s in families[name]} <= ports, name
     hosts = len(topo.hosts)
-    bound = 4 * len(ports) + 3 * 8 + len(topo.links) + hosts * (hosts - 1) + 2 * 2 * len(topo.links) + 2
+    bound = (4 * len(ports) + (3 + 2) * 8 + 9 * len(topo.switches) + len(topo.links) + hosts * (hosts - 1)
+             + 2 * 2 * len(topo.links) + 2)
     series = sum(len(samples) for samples in families.values())
     print(f"\n/metrics: {series} series (bound from the topology {bound}), scrape {took * 1e3:.1f} ms")
     assert series <= bound and took < 1.0, (series, took)
+
+
+def test_a_prometheus_server_scrapes_the_controllers_metrics(fabric, tmp_path):
+    """Debian's Prometheus (`make deps` unpacks its binary into the venv) scrapes /metrics every
+    second on 127.0.0.1 and answers queries over it: every link up, the scrape healthy and quick."""
+    binary = Path(sys.prefix) / "prometheus/usr/bin/prometheus"
+    if not binary.exists():
+        pytest.skip(f"no {binary}: `make deps` unpacks Debian's prometheus there")
+    url = fabric.metrics_url
+    assert url
+    target = url.removeprefix("http://").removesuffix("/metrics")
+    with socket.socket() as s:  # a free port for Prometheus's own API
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"scrape_configs:\n  - job_name: starnet\n    static_configs: [{{targets: ['{target}']}}]\n")
+    log = (fabric.run_dir / "prometheus.log").open("w")
+    server = subprocess.Popen([str(binary), f"--config.file={tmp_path / 'prometheus.yml'}",
+                               f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                              stdout=log, stderr=subprocess.STDOUT)
+
+    def answer(expr: str) -> dict:
+        q = urllib.parse.urlencode({"query": expr})
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?{q}", timeout=2) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:  # a query Prometheus refused: its reason
+            return json.loads(exc.read())
+        except OSError:
+            return {"status": "unreachable"}  # not listening yet
+
+    def query(expr: str) -> list[dict]:
+        return answer(expr).get("data", {}).get("result", [])
+
+    try:
+        links = len(fabric.topo.links)
+        assert wait_until(lambda: len(query("starnet_link_up == 1")) == links, 30.0), \
+            (query("starnet_link_up"), (fabric.run_dir / "prometheus.log").read_text()[-2000:])
+        [up] = query('up{job="starnet"}')
+        [took] = query('scrape_duration_seconds{job="starnet"}')
+        [series] = query('scrape_samples_scraped{job="starnet"}')
+        print(f"\nPrometheus {binary.parent.parent.parent.name}: up {up['value'][1]}, scrape "
+              f"{float(took['value'][1]) * 1e3:.1f} ms, {series['value'][1]} samples")
+        assert up["value"][1] == "1"
+        assert float(took["value"][1]) < 0.5
+        assert {r["metric"]["peer"] for r in query("starnet_port_tx_packets_total")} == {"s1", "s2", "s3", "s4"}
+        dashboard = json.loads((ROOT / "dashboards/grafana-starnet.json").read_text())
+        for expr in (t["expr"] for panel in dashboard["panels"] for t in panel["targets"]):
+            assert answer(expr)["status"] == "success", (expr, answer(expr))  # the shipped dashboard's queries
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()

@@ -4,14 +4,17 @@ format Prometheus parses, every family it documents, labels from the topology an
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import threading
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.localizer import Suspect
-from controller.metrics import METRICS, FabricState, on_loop, serve
+from controller.metrics import COUNTERS, METRICS, FabricState, on_loop, serve
 
 
 def state() -> FabricState:
@@ -21,7 +24,8 @@ def state() -> FabricState:
         links={("s1", "s3"): False, ("s3", "h5"): True},
         advice={("h1", "h5"): 9.5e6},
         suspects=[Suspect("link s1-s3", "down", 1.0, "carrier lost", alert=True)],
-        int_reports=123, int_bad_reports=2)
+        int_reports=123, int_bad_reports=2, drops={"s3": {"queue_full": 7, "no_route": 0}},
+        probes={("s1", 1, "s3"): (40, 0.03), ("s3", 1, "s1"): (12, 1.5)})
 
 
 def scrape(port: int) -> dict[str, list]:
@@ -55,10 +59,13 @@ def test_every_documented_metric_is_served_on_the_loopback_only(server):
     [alert] = families["starnet_suspect_alert"]
     assert alert.labels == {"target": "link s1-s3", "fault": "down"} and alert.value == 1.0
     assert families["starnet_int_bad_reports"][0].value == 2
+    assert {s.labels["reason"]: s.value for s in families["starnet_drops"]} == {"queue_full": 7, "no_route": 0}
+    ages = {(s.labels["switch"], s.labels["peer"]): s.value for s in families["starnet_probe_age_seconds"]}
+    assert ages == {("s1", "s3"): 0.03, ("s3", "s1"): 1.5}
 
 
 def test_no_label_names_a_flow(server):
-    allowed = {"switch", "port", "peer", "a", "b", "src", "dst", "target", "fault"}
+    allowed = {"switch", "port", "peer", "a", "b", "src", "dst", "target", "fault", "reason"}
     for name, samples in scrape(server.server_port).items():
         for sample in samples:
             assert set(sample.labels) <= allowed, (name, sample.labels)
@@ -87,3 +94,20 @@ def test_a_scrape_reads_the_event_loops_copy_from_its_own_thread():
         loop.call_soon_threadsafe(loop.stop)
         runner.join(5)
         loop.close()
+
+
+def test_the_grafana_dashboard_names_only_metrics_the_controller_serves():
+    dashboard = json.loads((Path(__file__).resolve().parents[3] / "dashboards/grafana-starnet.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    served = set(METRICS) | {f"{name}_total" for name in METRICS if name in COUNTERS}
+    named = {name for expr in exprs for name in re.findall(r"\bstarnet_[a-z_]+", expr)}
+    assert named and named <= served, named - served
+    assert len(exprs) >= 9
+
+
+def test_counters_are_served_as_counters_and_the_rest_as_gauges(server):
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=5) as response:
+        types = {f.name: f.type for f in text_string_to_metric_families(response.read().decode())
+                 if f.name.startswith("starnet_")}
+    assert {name for name, kind in types.items() if kind == "counter"} == COUNTERS
+    assert {kind for name, kind in types.items() if name not in COUNTERS} == {"gauge"}
