@@ -110,7 +110,9 @@ class Controller:
         return FabricState(ports=ports, counters=counters, links=links, advice=advice,
                            suspects=self.diagnoser.localizer.ranked(),
                            drops={k: dict(v) for k, v in self.diagnoser.last_drops.items()}, probes=probes,
-                           int_reports=snap.reports, int_bad_reports=snap.bad_reports)
+                           int_reports=snap.reports, int_bad_reports=snap.bad_reports,
+                           latency={(sw, port, peer.get((sw, port), "")): h
+                                    for (sw, port), h in self.collector.latency_histograms().items()})
 
     @property
     def sessions(self) -> dict[str, SwitchSession]:

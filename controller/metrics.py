@@ -15,17 +15,19 @@ from flows, so the number of series is fixed by the fabric, not by its traffic.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from controller.localizer import Suspect
+from controller.telemetry import LATENCY_BUCKETS_US
 
 PortKey = tuple[str, int, str]  # switch, port, the node at its other end
 SCRAPE_TIMEOUT_S = 2.0  # a scrape waits this long for the event loop's copy
@@ -34,6 +36,7 @@ METRICS = {
     "starnet_port_queue_packets": "Queue depth of a switch port in packets, as INT last reported it",
     "starnet_port_utilisation_ratio": "Share of a switch port's capacity it sent at between INT reports (0-1)",
     "starnet_port_hop_latency_seconds": "Hop latency INT last reported at a switch port",
+    "starnet_hop_latency_seconds": "Hop latencies INT reported at a switch port (histogram)",
     "starnet_port_capacity_bits_per_second": "Capacity of the link a switch port sends on",
     "starnet_port_rx_packets": "Frames a fabric port received (P4Runtime counter StarIngress.port_rx)",
     "starnet_port_tx_packets": "Frames a fabric port sent (P4Runtime counter StarEgress.port_tx)",
@@ -53,6 +56,7 @@ METRICS = {
 
 COUNTERS = {"starnet_port_rx_packets", "starnet_port_tx_packets", "starnet_port_tx_bytes", "starnet_drops",
             "starnet_probe_received", "starnet_int_reports", "starnet_int_bad_reports"}  # served with _total
+HISTOGRAMS = {"starnet_hop_latency_seconds"}  # served as _bucket, _sum, _count; the rest are gauges
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,8 @@ class FabricState:
     ports: (switch, port, peer) → (queue packets, utilisation 0-1, hop latency s, capacity bit/s);
     counters: (switch, port, peer) → (rx packets, tx packets, tx bytes), fabric ports;
     links: (end a, end b) → up; advice: (source host, destination host) → bit/s; drops: switch →
-    reason → frames; probes: (switch, port, peer) → (probes received from it, seconds since the newest)."""
+    reason → frames; probes: (switch, port, peer) → (probes received from it, seconds since the newest);
+    latency: (switch, port, peer) → (hop latencies per LATENCY_BUCKETS_US bucket and above, their sum µs)."""
 
     ports: dict[PortKey, tuple[float, float, float, float]] = field(default_factory=dict)
     counters: dict[PortKey, tuple[int, int, int]] = field(default_factory=dict)
@@ -70,6 +75,7 @@ class FabricState:
     suspects: list[Suspect] = field(default_factory=list)
     drops: dict[str, dict[str, int]] = field(default_factory=dict)
     probes: dict[PortKey, tuple[int, float]] = field(default_factory=dict)
+    latency: dict[PortKey, tuple[tuple[int, ...], int]] = field(default_factory=dict)
     int_reports: int = 0
     int_bad_reports: int = 0
 
@@ -96,6 +102,13 @@ class FabricMetrics(Collector):
             yield by_port(name, GaugeMetricFamily, {k: v[i] for k, v in state.ports.items()})
         for i, name in enumerate(("starnet_port_rx_packets", "starnet_port_tx_packets", "starnet_port_tx_bytes")):
             yield by_port(name, CounterMetricFamily, {k: v[i] for k, v in state.counters.items()})
+        histogram = HistogramMetricFamily("starnet_hop_latency_seconds", METRICS["starnet_hop_latency_seconds"],
+                                          labels=port_labels)
+        bounds = [f"{b / 1e6:g}" for b in LATENCY_BUCKETS_US] + ["+Inf"]
+        for (switch, port, peer), (counts, sum_us) in sorted(state.latency.items()):
+            cumulative = list(itertools.accumulate(counts))
+            histogram.add_metric([switch, str(port), peer], list(zip(bounds, cumulative, strict=True)), sum_us / 1e6)
+        yield histogram
         yield by_port("starnet_probe_received", CounterMetricFamily, {k: v[0] for k, v in state.probes.items()})
         yield by_port("starnet_probe_age_seconds", GaugeMetricFamily, {k: v[1] for k, v in state.probes.items()})
         drops = CounterMetricFamily("starnet_drops", METRICS["starnet_drops"], labels=["switch", "reason"])

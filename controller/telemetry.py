@@ -16,6 +16,7 @@ they stamp, what they held a packet beyond its queue, into fidelity.csv (wire/fi
 
 from __future__ import annotations
 
+import bisect
 import csv
 import time
 from collections import deque
@@ -35,6 +36,9 @@ MIN_RATE_INTERVAL_US = 20_000
 # The standing queue is the smallest reading over this window of switch time: a burst that
 # passes is not a queue to drain (CoDel's sojourn-minimum idea). On a slow link the window is at
 # least STANDING_FRAMES frame times (at 1 Mbit/s one frame is 12 ms: 20 ms would hold one reading).
+# Upper bounds (µs) of the hop-latency histogram's buckets (/metrics): a frame's own time on a 20 Mbit/s
+# wire is 0.6 ms, a full 64-frame queue there 39 ms, a stalled switch's tens of ms more.
+LATENCY_BUCKETS_US = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000)
 STANDING_WINDOW_US = 20_000
 STANDING_FRAMES = 8
 RATE_WINDOW_S = 0.2  # a flow's sampled data rate is counted over windows at least this long
@@ -56,6 +60,8 @@ class PortState:
     _ts_us: int | None = field(default=None, repr=False)
     _recent: deque = field(default_factory=deque, repr=False)  # (egress ts µs, queue pkts)
     _last: tuple[int, int, int] | None = field(default=None, repr=False)  # egress ts µs, tx bytes, queue
+    latency_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_US) + 1), repr=False)
+    latency_sum_us: int = field(default=0, repr=False)  # with latency_counts: INT's hop latencies, a histogram
 
     @property
     def standing_queue_pkts(self) -> int:
@@ -226,6 +232,11 @@ class Collector:
         return stack
 
     # ---- the read API ---------------------------------------------------------------------------
+    def latency_histograms(self) -> dict[tuple[str, int], tuple[tuple[int, ...], int]]:
+        """(switch, egress port) → (hop latencies INT reported there per LATENCY_BUCKETS_US bucket, the
+        last one above them all; their sum in µs), since the collector started."""
+        return {(s.switch, s.port): (tuple(s.latency_counts), s.latency_sum_us) for s in self._ports.values()}
+
     def snapshot(self) -> TelemetrySnapshot:
         """Every port and flow at the current version (built once per version)."""
         if self._snapshot is None or self._snapshot.version != self.version:
@@ -261,6 +272,8 @@ class Collector:
                 recent.popleft()
         if hop.hop_latency_us != UNKNOWN32:
             state.hop_latency_us = hop.hop_latency_us
+            state.latency_counts[bisect.bisect_left(LATENCY_BUCKETS_US, hop.hop_latency_us)] += 1
+            state.latency_sum_us += hop.hop_latency_us
             low = self._latency_low.get((switch, hop.egress_port))
             if low is None or hop.hop_latency_us < low[0]:
                 self._latency_low[(switch, hop.egress_port)] = (hop.hop_latency_us, hop.queue_occupancy_pkts)

@@ -165,7 +165,7 @@ def test_the_controllers_prometheus_metrics_follow_the_fabric(fabric):
     for name in ("starnet_port_queue_packets", "starnet_port_utilisation_ratio", "starnet_port_tx_packets"):
         assert {(s.labels["switch"], s.labels["port"], s.labels["peer"]) for s in families[name]} <= ports, name
     hosts = len(topo.hosts)
-    bound = (4 * len(ports) + (3 + 2) * 8 + 9 * len(topo.switches) + len(topo.links) + hosts * (hosts - 1)
+    bound = ((4 + 14) * len(ports) + (3 + 2) * 8 + 9 * len(topo.switches) + len(topo.links) + hosts * (hosts - 1)
              + 2 * 2 * len(topo.links) + 2)
     series = sum(len(samples) for samples in families.values())
     print(f"\n/metrics: {series} series (bound from the topology {bound}), scrape {took * 1e3:.1f} ms")

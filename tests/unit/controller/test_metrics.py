@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.localizer import Suspect
-from controller.metrics import COUNTERS, METRICS, FabricState, on_loop, serve
+from controller.metrics import COUNTERS, HISTOGRAMS, METRICS, FabricState, on_loop, serve
 
 
 def state() -> FabricState:
@@ -25,7 +25,8 @@ def state() -> FabricState:
         advice={("h1", "h5"): 9.5e6},
         suspects=[Suspect("link s1-s3", "down", 1.0, "carrier lost", alert=True)],
         int_reports=123, int_bad_reports=2, drops={"s3": {"queue_full": 7, "no_route": 0}},
-        probes={("s1", 1, "s3"): (40, 0.03), ("s3", 1, "s1"): (12, 1.5)})
+        probes={("s1", 1, "s3"): (40, 0.03), ("s3", 1, "s1"): (12, 1.5)},
+        latency={("s1", 1, "s3"): ((3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2), 700_150)})
 
 
 def scrape(port: int) -> dict[str, list]:
@@ -62,10 +63,16 @@ def test_every_documented_metric_is_served_on_the_loopback_only(server):
     assert {s.labels["reason"]: s.value for s in families["starnet_drops"]} == {"queue_full": 7, "no_route": 0}
     ages = {(s.labels["switch"], s.labels["peer"]): s.value for s in families["starnet_probe_age_seconds"]}
     assert ages == {("s1", "s3"): 0.03, ("s3", "s1"): 1.5}
+    hist = {(s.name, s.labels.get("le")): s.value for s in families["starnet_hop_latency_seconds"]}
+    assert hist[("starnet_hop_latency_seconds_bucket", "0.0001")] == 3  # 100 µs
+    assert hist[("starnet_hop_latency_seconds_bucket", "0.00025")] == 4  # cumulative
+    assert hist[("starnet_hop_latency_seconds_bucket", "0.25")] == 4
+    assert hist[("starnet_hop_latency_seconds_bucket", "+Inf")] == hist[("starnet_hop_latency_seconds_count", None)] == 6
+    assert hist[("starnet_hop_latency_seconds_sum", None)] == pytest.approx(0.70015)
 
 
 def test_no_label_names_a_flow(server):
-    allowed = {"switch", "port", "peer", "a", "b", "src", "dst", "target", "fault", "reason"}
+    allowed = {"switch", "port", "peer", "a", "b", "src", "dst", "target", "fault", "reason", "le"}
     for name, samples in scrape(server.server_port).items():
         for sample in samples:
             assert set(sample.labels) <= allowed, (name, sample.labels)
@@ -99,7 +106,8 @@ def test_a_scrape_reads_the_event_loops_copy_from_its_own_thread():
 def test_the_grafana_dashboard_names_only_metrics_the_controller_serves():
     dashboard = json.loads((Path(__file__).resolve().parents[3] / "dashboards/grafana-starnet.json").read_text())
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
-    served = set(METRICS) | {f"{name}_total" for name in METRICS if name in COUNTERS}
+    served = set(METRICS) | {f"{name}_total" for name in COUNTERS} | \
+        {f"{name}_{suffix}" for name in HISTOGRAMS for suffix in ("bucket", "sum", "count")}
     named = {name for expr in exprs for name in re.findall(r"\bstarnet_[a-z_]+", expr)}
     assert named and named <= served, named - served
     assert len(exprs) >= 9
@@ -110,4 +118,5 @@ def test_counters_are_served_as_counters_and_the_rest_as_gauges(server):
         types = {f.name: f.type for f in text_string_to_metric_families(response.read().decode())
                  if f.name.startswith("starnet_")}
     assert {name for name, kind in types.items() if kind == "counter"} == COUNTERS
-    assert {kind for name, kind in types.items() if name not in COUNTERS} == {"gauge"}
+    assert {name for name, kind in types.items() if kind == "histogram"} == HISTOGRAMS
+    assert {kind for name, kind in types.items() if name not in COUNTERS | HISTOGRAMS} == {"gauge"}

@@ -149,3 +149,13 @@ def test_the_flow_log_has_one_row_per_flow_when_its_first_data_arrives(tmp_path)
     assert rows[0] == "time,src,dst,proto,sport,dport,path,source_egress_us,sink_egress_us"
     assert [r.split(",")[1:] for r in rows[1:]] == [["10.0.3.1", "10.0.4.1", "17", str(sport), "5000", "s7 s8",
                                                      "500", "900"] for sport in (4000, 4001)]
+
+
+def test_hop_latencies_are_counted_in_a_histogram_per_port():
+    collector = Collector({7: "s7"})
+    for i, latency in enumerate((50, 100, 101, 30_000, 400_000)):  # µs; 100 is the first bucket's upper bound
+        collector.feed(report([hop(7, 3, i, 10 + i, latency=latency)]))
+    collector.feed(report([Hop(7, 1, 3, 0xFFFFFFFF, 0, 20, 5, 20)]))  # a latency the target could not tell: not counted
+    counts, sum_us = collector.latency_histograms()[("s7", 3)]
+    assert counts == (2, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1)
+    assert sum_us == 50 + 100 + 101 + 30_000 + 400_000
