@@ -9,7 +9,9 @@ import json
 
 import pytest
 
+from emulation.fidelity import Verdict
 from emulation.net import Testbed
+from lab.incast import measure_faithfully
 from topologies import leafspine
 from workloads.allreduce.job import JobOutcome, JobSpec, run_job
 from workloads.fabric import FabricView
@@ -55,11 +57,17 @@ def test_every_algorithm_over_all_hosts_is_exact_and_the_ring_keeps_the_links_bu
     # The same ring with the advice loop on: each rank declares its transfer, and only flows that
     # carry data are demands (the ACK direction used to halve every NIC: 45% of the link).
     fabric.set_mode("advice")
-    try:
+    tries = iter(("ring-advice", "ring-advice-again"))
+
+    def measured() -> tuple[JobOutcome, Verdict]:
         t0 = fabric.now()
-        advised = run_job(JobSpec(hosts=ALL, sizes=[8 << 20], algo="ring", iters=2, name="ring-advice"), view,
+        outcome = run_job(JobSpec(hosts=ALL, sizes=[8 << 20], algo="ring", iters=2, name=next(tries)), view,
                           progress=None)
-        verdict = fabric.verdict(t0, fabric.now())
+        return outcome, fabric.verdict(t0, fabric.now())
+    try:
+        # a run the machine stalled under (CI, 2026-12-06: nothing ran for seconds at a time, 36% of
+        # the link, every pair advised its line rate) is measured again, as the incast test does
+        advised, verdict = measure_faithfully(measured, lambda r: r[1], who_else=fabric.who_took_the_machine)
     finally:
         fabric.set_mode("none")
     lines.append(f"  ring, mode advice: busbw {busbw_mbps(advised):5.2f} Mbit/s = "
