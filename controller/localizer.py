@@ -48,6 +48,8 @@ class Suspect:
 class Params:
     window: int = 2  # ticks (seconds) of counters a loss is computed over
     persist: int = 2  # consecutive ticks before a suspect is an alert ...
+    persist_host: int = 3  # ... a slow host: a machine stall of a second or two slows some rank's pieces
+    #                        for two ticks (false alarms in a no-fault trial, CI machine, 2026-12-06)
     persist_loss: int = 3  # ... a loss: longer than its window, so one burst of drops (a receiving
     #                        switch that stalled and overflowed its socket) cannot alert alone
     loss_min: float = 0.015  # a direction losing at least this share of what was sent (2% is the gray case)
@@ -128,7 +130,8 @@ class Localizer:
             before = self.suspects.get(key)
             s.since = before.since if before else now
             s.ticks = before.ticks + 1 if before else 1
-            s.alert = s.ticks >= (self.params.persist_loss if s.fault == "loss" else self.params.persist)
+            s.alert = s.ticks >= {"loss": self.params.persist_loss,
+                                  "slow-host": self.params.persist_host}.get(s.fault, self.params.persist)
             if s.alert and not (before and before.alert):
                 self.alerts.append((now, s))
             current[key] = s

@@ -23,7 +23,10 @@ LINK_MBPS = 20.0
 # The test holds a floor that a broken pipeline (serialised steps, a stalled rank, drops) falls
 # under and a loaded run does not, in both modes, and prints busbw beside the goal.
 RING_GOAL = 0.85
-RING_FLOOR = 0.45
+# 0.30: on 2026-12-06 the advised ring ran at 36-40% of the link here with this code and with the code
+# CI had passed at 45% (the soft switches saturating both cores, the ranks starved; none: 58-80%).
+# A serialised ring runs at about 1/8 of the link and stays under it.
+RING_FLOOR = 0.30
 ALL = [f"h{i}" for i in range(1, 9)]
 
 

@@ -43,9 +43,10 @@ def test_two_tenants_an_incast_and_background_flows_at_once(fabric):
         allreduce_job(JobSpec(hosts=["h3", "h4", "h7", "h8"], sizes=[2 << 20], algo="hd", iters=2,
                               name="tenant-b"), view),
         background_job("incast", incast("h5", ["h1", "h3", "h4", "h7"], 1 << 20), view, "incast"),
-        # Arrivals over 20 s, longer than the other jobs take, so the background covers them (over 12 s,
-        # a ring's first iteration slowed by an ECMP collision and the incast once ended after it).
-        background_job("background", background(ALL, 20.0, 0.15, 20.0, seed=5), view, "background"),
+        # Arrivals over 35 s, longer than the other jobs take, so the background covers them (over 12 s,
+        # a ring's first iteration slowed by an ECMP collision and the incast once ended after it; over
+        # 20 s, a ring's last iteration began after it on a machine that stalled for seconds at a time).
+        background_job("background", background(ALL, 35.0, 0.15, 20.0, seed=5), view, "background"),
     ]
     for job in jobs:
         job.start()
