@@ -30,7 +30,11 @@ RECEIVER = "h5"
 BOTTLENECK = ("s4", 1)  # s4's port to h5
 BASE_PORT = 5301  # iperf3 servers on the receiver: one port per sender
 SECONDS, OMIT_S = 8, 3  # the slow-start queue has drained within 3 s on every run seen
-MIN_FAITHFUL = 0.5  # below this share of faithful windows a measurement is repeated, then refused
+# Below this share of faithful windows a measurement is repeated, then refused. The assertions are over
+# faithful windows only (and ask for 30 faithful queue readings or more); 0.5 refused the CI machine's
+# incast twice in a row on 2026-12-06 (38-39% faithful: its VM late by up to 12 ms with the testbed
+# at 1.35 of 2 cores), a third of an 8 s measurement is still ~25 windows.
+MIN_FAITHFUL = 0.3
 
 
 @dataclass
