@@ -1,9 +1,10 @@
 """The incast check both targets run: advice vs none on one testbed, with margins (test_advice*.py).
 
 Queue and drop bounds are asserted over the faithful 100 ms windows of the measurement (no switch
-had a late event, emulation/fidelity.py); a measurement with fewer than 30% of its windows faithful (lab.incast.MIN_FAITHFUL)
-is repeated once, then fails with the verdict. BMv2's tail drops are counted nowhere, so on BMv2 the
-drop bound is not asserted (and the report says so); its queue, fairness and utilisation are.
+had a late event, emulation/fidelity.py); a measurement with fewer than 30% of its windows faithful
+(lab.incast.MIN_FAITHFUL) is repeated once, then fails with the verdict. BMv2's tail drops are
+counted nowhere, so on BMv2 the drop bound is not asserted (and the report says so); its queue,
+fairness and utilisation are.
 """
 
 from __future__ import annotations
