@@ -197,8 +197,12 @@ def test_a_prometheus_server_scrapes_the_controllers_metrics(fabric, tmp_path):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?{q}", timeout=2) as response:
                 return json.loads(response.read())
-        except urllib.error.HTTPError as exc:  # a query Prometheus refused: its reason
-            return json.loads(exc.read())
+        except urllib.error.HTTPError as exc:  # refused: its reason (JSON), or not ready yet (503, text)
+            body = exc.read()
+            try:
+                return json.loads(body)
+            except ValueError:
+                return {"status": f"http {exc.code}", "body": body[:200].decode(errors="replace")}
         except OSError:
             return {"status": "unreachable"}  # not listening yet
 
