@@ -107,7 +107,7 @@ def test_a_down_link_is_the_top_suspect():
     assert (top[0].target, top[0].fault, top[0].alert) == ("link s1-s3", "down", True)
 
 
-def report_work(loc: Localizer, t: float, slow: str | None = None, slow_s: float = 0.02) -> None:
+def report_work(loc: Localizer, t: float, slow: str | None = None, slow_s: float = 0.04) -> None:
     """Every host's ranks report 7 received steps at t: 0.3 ms of work each, `slow_s` on `slow`."""
     for h in TOPO.hosts:
         loc.add_steps(t, h.name, [slow_s if h.name == slow else 0.0003] * 7)
@@ -120,7 +120,7 @@ def test_a_host_whose_own_work_per_step_dwarfs_its_peers_is_a_slow_host():
         loc.update(float(t), busy(float(t)), set(), {}, {})
     top = loc.ranked()[0]
     assert (top.target, top.fault, top.alert) == ("host h3", "slow-host", True)
-    assert "20.0 ms" in top.evidence and "0.30 ms" in top.evidence
+    assert "40.0 ms" in top.evidence and "0.30 ms" in top.evidence
     assert [s.target for _, s in loc.alerts] == ["host h3"]
 
 
