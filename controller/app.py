@@ -89,8 +89,7 @@ class Controller:
 
     def fabric_state(self) -> FabricState:
         """A copy of what the parts hold, for /metrics (controller/metrics.py); on the event loop."""
-        peer = {(sw, link.port_of(sw)): link.other(sw) for link in self.topo.links for sw in (link.a, link.b)
-                if self.topo.is_switch(sw)}
+        peer = self.diagnoser.localizer.peer  # (switch, port) → the node at its other end
         snap = self.collector.snapshot()
         ports = {(v.switch, v.port, peer.get((v.switch, v.port), "")):
                  (float(v.queue_pkts), v.utilisation or 0.0, v.hop_latency_us / 1e6, v.capacity_mbps * 1e6)
