@@ -47,7 +47,7 @@ from topologies.spec import load_topology
 from wire import advice_pb2 as pb
 from wire import runfiles
 from wire.cpu import REASON_INT_REPORT, REASON_PROBE
-from wire.fidelity import WINDOW_S, FidelityWindows, watch_loop_lag
+from wire.fidelity import WINDOW_S, FidelityTail, FidelityWindows, watch_loop_lag
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 from wire.proto import p4r
 
@@ -186,7 +186,9 @@ class Controller:
         server = await start_server(self.run_dir, self.collector, self.advice, self)
         metrics = None
         if self.options.metrics_port is not None:
-            metrics, _ = serve(on_loop(asyncio.get_running_loop(), self.fabric_state), self.options.metrics_port)
+            fidelity = FidelityTail(self.options.fidelity_file) if self.options.fidelity_file else None
+            metrics, _ = serve(on_loop(asyncio.get_running_loop(), self.fabric_state), self.options.metrics_port,
+                               fidelity)
             (self.run_dir / runfiles.METRICS_ADDR).write_text(f"127.0.0.1:{metrics.server_port}\n")
         await self.start()
         tasks = [asyncio.create_task(self.switches.watch(n)) for n in self.sessions]

@@ -5,10 +5,12 @@ the run directory's `metrics.addr`) by prometheus_client's own HTTP server, in a
 A scrape asks the controller's event loop for a copy of what its parts hold (`FabricState`: the INT
 collector's port state, the localiser's last counter read and its suspects, the healer's link
 states, the advice last sent) and renders that copy in the server's thread: nothing on the packet
-path, nothing read while the loop writes it.
+path, nothing read while the loop writes it. The fidelity windows every process appends to the run's
+fidelity.csv are followed in the scraping thread (wire.fidelity.FidelityTail: only new lines).
 
 Names are prefixed `starnet_` and in base units (bytes, seconds, bits per second, ratios); labels
-come from the topology — switch, port, peer, link ends, hosts, a suspect's target and fault — never
+come from the topology — switch, port, peer, link ends, hosts, a suspect's target and fault, a timed
+process — never
 from flows, so the number of series is fixed by the fabric, not by its traffic.
 """
 
@@ -28,6 +30,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from controller.localizer import Suspect
 from controller.telemetry import LATENCY_BUCKETS_US
+from wire.fidelity import FidelityTail
 
 PortKey = tuple[str, int, str]  # switch, port, the node at its other end
 SCRAPE_TIMEOUT_S = 2.0  # a scrape waits this long for the event loop's copy
@@ -51,11 +54,15 @@ METRICS = {
                                  "(above probe period x misses: the link direction is down)",
     "starnet_int_reports": "INT reports the collector decoded",
     "starnet_int_bad_reports": "INT reports the collector could not decode (counted and dropped)",
+    "starnet_fidelity_windows": "100 ms windows a process timed itself in (fidelity.csv; kind switch or loop)",
+    "starnet_fidelity_late_windows": "Windows in which a process was late beyond its tolerance (unfaithful timing)",
+    "starnet_fidelity_late_max_seconds": "Worst lateness in the newest window a process reported",
 }
 
 
 COUNTERS = {"starnet_port_rx_packets", "starnet_port_tx_packets", "starnet_port_tx_bytes", "starnet_drops",
-            "starnet_probe_received", "starnet_int_reports", "starnet_int_bad_reports"}  # served with _total
+            "starnet_probe_received", "starnet_int_reports", "starnet_int_bad_reports",
+            "starnet_fidelity_windows", "starnet_fidelity_late_windows"}  # served with _total
 HISTOGRAMS = {"starnet_hop_latency_seconds"}  # served as _bucket, _sum, _count; the rest are gauges
 
 
@@ -81,10 +88,13 @@ class FabricState:
 
 
 class FabricMetrics(Collector):
-    """The metric families of one FabricState, read when scraped."""
+    """The metric families of one FabricState, read when scraped, and of the fidelity windows the
+    run's processes appended to fidelity.csv since the last scrape (`fidelity`, read in the scraping
+    thread: the file is not the event loop's)."""
 
-    def __init__(self, read: Callable[[], FabricState]) -> None:
+    def __init__(self, read: Callable[[], FabricState], fidelity: FidelityTail | None = None) -> None:
         self.read = read
+        self.fidelity = fidelity
 
     def collect(self) -> Iterator[Metric]:
         state = self.read()
@@ -137,6 +147,26 @@ class FabricMetrics(Collector):
         yield CounterMetricFamily("starnet_int_reports", METRICS["starnet_int_reports"], value=state.int_reports)
         yield CounterMetricFamily("starnet_int_bad_reports", METRICS["starnet_int_bad_reports"],
                                   value=state.int_bad_reports)
+        if self.fidelity is not None:
+            yield from self._fidelity(self.fidelity)
+
+    @staticmethod
+    def _fidelity(tail: FidelityTail) -> Iterator[Metric]:
+        tail.poll()
+        labels = ["source", "kind"]
+        windows = CounterMetricFamily("starnet_fidelity_windows", METRICS["starnet_fidelity_windows"], labels=labels)
+        late = CounterMetricFamily("starnet_fidelity_late_windows", METRICS["starnet_fidelity_late_windows"],
+                                   labels=labels)
+        worst = GaugeMetricFamily("starnet_fidelity_late_max_seconds", METRICS["starnet_fidelity_late_max_seconds"],
+                                  labels=labels)
+        with tail.lock:
+            for key in sorted(tail.windows):
+                windows.add_metric(list(key), tail.windows[key])
+                late.add_metric(list(key), tail.late_windows[key])
+                worst.add_metric(list(key), tail.newest[key].max_late_ms / 1e3)
+        yield windows
+        yield late
+        yield worst
 
 
 def on_loop(loop: asyncio.AbstractEventLoop, take: Callable[[], FabricState]) -> Callable[[], FabricState]:
@@ -147,8 +177,9 @@ def on_loop(loop: asyncio.AbstractEventLoop, take: Callable[[], FabricState]) ->
     return lambda: asyncio.run_coroutine_threadsafe(taken(), loop).result(SCRAPE_TIMEOUT_S)
 
 
-def serve(read: Callable[[], FabricState], port: int = 0) -> tuple[WSGIServer, threading.Thread]:
+def serve(read: Callable[[], FabricState], port: int = 0,
+          fidelity: FidelityTail | None = None) -> tuple[WSGIServer, threading.Thread]:
     """/metrics on 127.0.0.1:port (0: a free port; the server's `server_port` says which)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FabricMetrics(read))
+    registry.register(FabricMetrics(read, fidelity))
     return start_http_server(port, addr="127.0.0.1", registry=registry)

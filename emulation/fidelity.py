@@ -6,74 +6,22 @@ touches (late_from .. late_until of its record): the stall itself, and the time 
 released needs to drain (a burst of L's worth of link time drains in L). Loop lag of the
 controller and host agents is reported beside the verdict ("so a late advice can be told from a
 slow advisor") but does not flag windows.
-Record format and tolerances: wire/fidelity.py.
+Record format, its parser (WindowRecord, read_records) and tolerances: wire/fidelity.py.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from emulation.cpuuse import CpuUsage
 from wire import runfiles
-from wire.fidelity import WINDOW_S
+from wire.fidelity import WINDOW_S, WindowRecord, read_records
 
 FIDELITY_CSV = runfiles.FIDELITY
-
-
-@dataclass(frozen=True)
-class WindowRecord:
-    """One line of fidelity.csv (times in wall-clock seconds, lateness in ms)."""
-
-    window: int  # index: start time / WINDOW_S
-    source: str
-    kind: str
-    events: int
-    late_events: int
-    max_late_ms: float
-    late_from: float | None
-    late_until: float | None
-    ingress_max_ms: float
-    egress_max_ms: float
-    drops: int | None
-
-    @property
-    def start(self) -> float:
-        return self.window * WINDOW_S
-
-    def flagged(self) -> range:
-        """Indices of the windows this record's late events spoil (empty if it has none)."""
-        if not self.late_events:
-            return range(0)
-        first = self.late_from if self.late_from is not None else self.start
-        until = self.late_until if self.late_until is not None else self.start + WINDOW_S
-        return range(min(self.window, int(first / WINDOW_S)), max(self.window, int(until / WINDOW_S)) + 1)
-
-
-def read_records(path: Path) -> list[WindowRecord]:
-    """Every record of a fidelity.csv; a truncated last line (process killed mid-write) is skipped."""
-    records = []
-    try:
-        with Path(path).open(newline="") as f:
-            for row in csv.DictReader(f):
-                try:
-                    records.append(WindowRecord(
-                        window=round(float(row["window"]) / WINDOW_S), source=row["source"], kind=row["kind"],
-                        events=int(row["events"]), late_events=int(row["late_events"]),
-                        max_late_ms=float(row["max_late_ms"]),
-                        late_from=float(row["late_from"]) if row["late_from"] else None,
-                        late_until=float(row["late_until"]) if row["late_until"] else None,
-                        ingress_max_ms=float(row["ingress_max_ms"]), egress_max_ms=float(row["egress_max_ms"]),
-                        drops=int(row["drops"]) if row["drops"] else None))
-                except (KeyError, TypeError, ValueError):
-                    continue
-    except FileNotFoundError:
-        pass
-    return records
+__all__ = ["FIDELITY_CSV", "Verdict", "WindowRecord", "drops_by_window", "read_records", "recent", "verdict"]
 
 
 @dataclass

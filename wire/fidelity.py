@@ -22,7 +22,8 @@ above the tolerance; ``late_from`` is the earliest moment a late event of the wi
 late (its detection time minus its lateness), ``late_until`` the latest detection time plus
 lateness (the backlog a stall released drains in as long as the stall lasted), so a reader can flag
 every window a stall and its aftermath covered.
-The reader and the verdict are in emulation/fidelity.py.
+Records are read back by `read_records` (a whole file) or `FidelityTail` (following a live file, for
+the controller's /metrics and live page); the verdict is in emulation/fidelity.py.
 
 Default tolerance, DEFAULT_TOLERANCE_MS: a lateness of L at link rate R releases L·R/1500 frames at
 once; at the default 20 Mbit/s a frame takes 0.6 ms, so 2 ms is 3.3 frames, below the 5-packet queue
@@ -32,10 +33,12 @@ a paced fabric should hold. The idle-machine distribution it is set above is in 
 from __future__ import annotations
 
 import asyncio
+import csv
 import os
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 WINDOW_S = 0.1
@@ -46,6 +49,98 @@ BMV2_RATE_PKT_BYTES = 1500
 COLUMNS = ("window", "source", "kind", "events", "late_events", "max_late_ms", "late_from", "late_until",
            "ingress_max_ms", "egress_max_ms", "drops")
 HEADER = ",".join(COLUMNS) + "\n"
+
+
+@dataclass(frozen=True)
+class WindowRecord:
+    """One line of fidelity.csv (times in wall-clock seconds, lateness in ms)."""
+
+    window: int  # index: start time / WINDOW_S
+    source: str
+    kind: str
+    events: int
+    late_events: int
+    max_late_ms: float
+    late_from: float | None
+    late_until: float | None
+    ingress_max_ms: float
+    egress_max_ms: float
+    drops: int | None
+
+    @property
+    def start(self) -> float:
+        return self.window * WINDOW_S
+
+    def flagged(self) -> range:
+        """Indices of the windows this record's late events spoil (empty if it has none)."""
+        if not self.late_events:
+            return range(0)
+        first = self.late_from if self.late_from is not None else self.start
+        until = self.late_until if self.late_until is not None else self.start + WINDOW_S
+        return range(min(self.window, int(first / WINDOW_S)), max(self.window, int(until / WINDOW_S)) + 1)
+
+
+def read_records(path: Path) -> list[WindowRecord]:
+    """Every record of a fidelity.csv; a truncated last line (process killed mid-write) is skipped."""
+    try:
+        with Path(path).open(newline="") as f:
+            return [rec for row in csv.DictReader(f) if (rec := parse_row(row)) is not None]
+    except FileNotFoundError:
+        return []
+
+
+def parse_row(row: dict[str, str]) -> WindowRecord | None:
+    """One record from a row of fidelity.csv (column → text); None for a malformed or truncated row."""
+    try:
+        return WindowRecord(
+            window=round(float(row["window"]) / WINDOW_S), source=row["source"], kind=row["kind"],
+            events=int(row["events"]), late_events=int(row["late_events"]),
+            max_late_ms=float(row["max_late_ms"]),
+            late_from=float(row["late_from"]) if row["late_from"] else None,
+            late_until=float(row["late_until"]) if row["late_until"] else None,
+            ingress_max_ms=float(row["ingress_max_ms"]), egress_max_ms=float(row["egress_max_ms"]),
+            drops=int(row["drops"]) if row["drops"] else None)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+class FidelityTail:
+    """Follows a fidelity.csv while processes append to it: each `poll` parses the complete lines
+    written since the last one (a line still being written waits for the next poll) and keeps, per
+    (source, kind), windows seen, late windows, and the newest window's record. For live readers
+    (the controller's /metrics and live page): no rereading of the whole file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self.windows: dict[tuple[str, str], int] = {}
+        self.late_windows: dict[tuple[str, str], int] = {}
+        self.newest: dict[tuple[str, str], WindowRecord] = {}
+        self.lock = threading.Lock()
+
+    def poll(self) -> list[WindowRecord]:
+        """Parse what was appended since the last poll; returns those records (thread-safe)."""
+        with self.lock:
+            try:
+                with self.path.open("rb") as f:
+                    f.seek(self.offset)
+                    data = f.read()
+            except FileNotFoundError:
+                return []
+            complete = data[:data.rfind(b"\n") + 1]
+            self.offset += len(complete)
+            records = []
+            for values in csv.reader(complete.decode(errors="replace").splitlines()):
+                rec = parse_row(dict(zip(COLUMNS, values, strict=False)))
+                if rec is None:
+                    continue  # the header, or a malformed line
+                key = (rec.source, rec.kind)
+                self.windows[key] = self.windows.get(key, 0) + 1
+                self.late_windows[key] = self.late_windows.get(key, 0) + bool(rec.late_events)
+                if key not in self.newest or rec.window >= self.newest[key].window:
+                    self.newest[key] = rec
+                records.append(rec)
+            return records
 
 
 def create_file(path: Path) -> None:

@@ -155,6 +155,8 @@ def test_the_controllers_prometheus_metrics_follow_the_fabric(fabric):
     assert len(ages) == 8 and max(ages) < 1.0, ages  # probes every 50 ms over every fabric direction
     drops = {(s.labels["switch"], s.labels["reason"]) for s in families["starnet_drops"]}
     assert len(drops) == 9 * len(fabric.topo.switches) and ("s3", "queue_full") in drops
+    timed = {(s.labels["source"], s.labels["kind"]): s.value for s in families["starnet_fidelity_windows"]}
+    assert timed.get(("controller", "loop"), 0) > 0, timed  # fidelity.csv, followed as it grows
     for port in range(32000, 32050):  # fifty more flows: no series of their own
         send_udp(h1, h5.IP(), port, 2)
     time.sleep(1.5)  # a counter read and INT's reports later
@@ -166,7 +168,7 @@ def test_the_controllers_prometheus_metrics_follow_the_fabric(fabric):
         assert {(s.labels["switch"], s.labels["port"], s.labels["peer"]) for s in families[name]} <= ports, name
     hosts = len(topo.hosts)
     bound = ((4 + 14) * len(ports) + (3 + 2) * 8 + 9 * len(topo.switches) + len(topo.links) + hosts * (hosts - 1)
-             + 2 * 2 * len(topo.links) + 2)
+             + 2 * 2 * len(topo.links) + 2 + 3 * (len(topo.switches) + 1 + hosts))
     series = sum(len(samples) for samples in families.values())
     print(f"\n/metrics: {series} series (bound from the topology {bound}), scrape {took * 1e3:.1f} ms")
     assert series <= bound and took < 1.0, (series, took)

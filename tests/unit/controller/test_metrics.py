@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.localizer import Suspect
 from controller.metrics import COUNTERS, HISTOGRAMS, METRICS, FabricState, on_loop, serve
+from wire.fidelity import WINDOW_S, FidelityTail, FidelityWindows, create_file
 
 
 def state() -> FabricState:
@@ -35,9 +36,24 @@ def scrape(port: int) -> dict[str, list]:
     return {f.name: f.samples for f in text_string_to_metric_families(text) if f.name.startswith("starnet_")}
 
 
+def timed(path: Path, source: str, kind: str, lateness_ms: list[float], t0: float = 1000.0) -> None:
+    """One window per lateness sample, written by the processes' own writer."""
+    windows = FidelityWindows(path, source, kind)
+    for i, late_ms in enumerate(lateness_ms):
+        now = t0 + i * WINDOW_S
+        windows.tick(now)
+        windows.events += 1
+        windows.late(late_ms / 1e3, now)
+    windows.close(t0 + len(lateness_ms) * WINDOW_S)
+
+
 @pytest.fixture()
-def server():
-    httpd, thread = serve(state)
+def server(tmp_path):
+    fidelity = tmp_path / "fidelity.csv"
+    create_file(fidelity)
+    timed(fidelity, "s1", "switch", [0.5, 30.0, 0.1])
+    timed(fidelity, "controller", "loop", [0.2, 0.3])
+    httpd, thread = serve(state, fidelity=FidelityTail(fidelity))
     yield httpd
     httpd.shutdown()
     httpd.server_close()
@@ -70,10 +86,34 @@ def test_every_documented_metric_is_served_on_the_loopback_only(server):
     assert hist[("starnet_hop_latency_seconds_bucket", "+Inf")] == 6
     assert hist[("starnet_hop_latency_seconds_count", None)] == 6
     assert hist[("starnet_hop_latency_seconds_sum", None)] == pytest.approx(0.70015)
+    windows = {(s.labels["source"], s.labels["kind"]): s.value for s in families["starnet_fidelity_windows"]}
+    assert windows == {("s1", "switch"): 3, ("controller", "loop"): 2}
+    late = {s.labels["source"]: s.value for s in families["starnet_fidelity_late_windows"]}
+    assert late == {"s1": 1, "controller": 0}  # 30 ms is beyond the 2 ms tolerance; 0.5 ms is not
+    worst = {s.labels["source"]: s.value for s in families["starnet_fidelity_late_max_seconds"]}
+    assert worst == pytest.approx({"s1": 0.0001, "controller": 0.0003})  # the newest window's
+
+
+def test_the_fidelity_tail_reads_each_line_once_and_waits_for_a_line_being_written(tmp_path):
+    path = tmp_path / "fidelity.csv"
+    create_file(path)
+    tail = FidelityTail(path)
+    assert tail.poll() == [] and tail.windows == {}
+    timed(path, "s2", "switch", [0.1, 9.0])
+    assert [r.late_events for r in tail.poll()] == [0, 1]
+    with path.open("a") as f:
+        f.write("1000.5,s2,switch,1,0,0.100,,,0.000,0.000,\nnot,a,record\n1000.6,s2,swi")  # a half-written line
+    assert [r.window for r in tail.poll()] == [10005]  # the malformed line skipped, the partial one kept
+    with path.open("a") as f:
+        f.write("tch,1,0,0.200,,,0.000,0.000,\n")
+    [rec] = tail.poll()
+    assert (rec.window, rec.source, rec.max_late_ms) == (10006, "s2", 0.2)
+    assert tail.windows == {("s2", "switch"): 4} and tail.late_windows == {("s2", "switch"): 1}
+    assert tail.poll() == []
 
 
 def test_no_label_names_a_flow(server):
-    allowed = {"switch", "port", "peer", "a", "b", "src", "dst", "target", "fault", "reason", "le"}
+    allowed = {"switch", "port", "peer", "a", "b", "src", "dst", "target", "fault", "reason", "le", "source", "kind"}
     for name, samples in scrape(server.server_port).items():
         for sample in samples:
             assert set(sample.labels) <= allowed, (name, sample.labels)
