@@ -11,6 +11,10 @@ APT_PACKAGES := mininet iproute2 iperf iperf3 iputils-ping ethtool python3-venv
 APT_PACKAGES += ruby shellcheck
 # Open MPI and its mpi4py, for MPI jobs of your own (python -m testbed job --mpi; examples/mpi_allreduce.py)
 APT_PACKAGES += openmpi-bin python3-mpi4py
+# The browser the live page's test drives (Playwright for Python, pointed at /usr/bin/chromium)
+APT_PACKAGES += chromium
+# The live page's libraries (Cytoscape.js, uPlot), from the npm registry as web/package-lock.json pins them
+WEB_LIBS := web/node_modules/.package-lock.json
 TOPO ?= leafspine
 DATAPLANE ?= auto
 # MODE: none | ecn | advice | bbr
@@ -21,7 +25,12 @@ ELECTION ?= 0,1
 .PHONY: deps apt venv run test test-unit test-integration test-repeat fuzz clean p4 shell bench lint proto reference demo diagnose-eval
 
 # The venv, and p4runtime-shell in a venv of its own (make shell; a test drives it against a soft switch)
-deps: apt venv $(VENV)-shell/.installed $(PROMETHEUS)
+deps: apt venv $(VENV)-shell/.installed $(PROMETHEUS) $(WEB_LIBS)
+
+$(WEB_LIBS): web/package.json web/package-lock.json
+	@command -v npm >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm; }
+	npm ci --prefix web --no-audit --no-fund --loglevel=error
+	@touch $@
 
 # Prometheus (Debian's build) for the /metrics test and for users' scrapes: its binary only, unpacked
 # from the package into the venv. Installing the package would start a daemon on every address.

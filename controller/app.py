@@ -12,6 +12,7 @@
 - diagnosis.py (`Diagnoser`): the localiser and diagnosis.csv;
 - service.py: the advice API on the run directory's Unix socket; faults.py: injected loss;
 - metrics.py: Prometheus `/metrics` on 127.0.0.1 (its address in the run directory's metrics.addr).
+- live.py: the live page (a map of the fabric, pushed by Server-Sent Events) on 127.0.0.1 (live.addr).
 
 Reads ``topology.yaml`` and ``switches.json`` (name → gRPC address, device id, and for BMv2 the p4c
 output: BMv2 JSON and its P4Info) from the run directory and writes ``controller.ready`` once
@@ -34,6 +35,7 @@ from controller.advisor import AdvisorParams
 from controller.diagnosis import Diagnoser
 from controller.faults import LinkLoss
 from controller.healing import Healer
+from controller.live import LiveServer
 from controller.localizer import Suspect
 from controller.metrics import FabricState, on_loop, serve
 from controller.options import ControllerOptions
@@ -47,7 +49,7 @@ from topologies.spec import load_topology
 from wire import advice_pb2 as pb
 from wire import runfiles
 from wire.cpu import REASON_INT_REPORT, REASON_PROBE
-from wire.fidelity import WINDOW_S, FidelityTail, FidelityWindows, watch_loop_lag
+from wire.fidelity import WINDOW_S, FidelityTail, FidelityWindows, wall_offset, watch_loop_lag
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 from wire.proto import p4r
 
@@ -75,6 +77,7 @@ class Controller:
                                    lambda: self.healer.down)
         self.loss = LinkLoss(self.topo)
         self.loop_lag = FidelityWindows(options.fidelity_file, "controller", "loop") if options.fidelity_file else None
+        self.wall = wall_offset()  # taken once: a port's wall time stays the same from one copy to the next
         self.switches.routes_for = lambda name: self.healer.routes()[name]
         self.switches.soft_device_config = self.healer.soft_device_config
         self.switches.restore = lambda schema, name: self.loss.restore(schema, name) + self.advice.restore(schema, name)
@@ -87,13 +90,16 @@ class Controller:
         self.switches.handlers = {REASON_INT_REPORT: lambda name, packet: self.collector.feed(packet.payload),
                                   REASON_PROBE: self.healer.on_probe}
 
-    def fabric_state(self) -> FabricState:
-        """A copy of what the parts hold, for /metrics (controller/metrics.py); on the event loop."""
+    def fabric_state(self, histograms: bool = True) -> FabricState:
+        """A copy of what the parts hold, for /metrics (controller/metrics.py) and the live page
+        (controller/live.py, which draws no histograms: `histograms` False); on the event loop."""
         peer = self.diagnoser.localizer.peer  # (switch, port) → the node at its other end
         snap = self.collector.snapshot()
         ports = {(v.switch, v.port, peer.get((v.switch, v.port), "")):
                  (float(v.queue_pkts), v.utilisation or 0.0, v.hop_latency_us / 1e6, v.capacity_mbps * 1e6)
                  for v in snap.ports.values()}
+        seen = {(v.switch, v.port, peer.get((v.switch, v.port), "")): v.updated + self.wall  # collector: monotonic
+                for v in snap.ports.values()}
         counters = {(sw, port, peer.get((sw, port), "")): values
                     for (sw, port), values in self.diagnoser.last_counters.items()}
         down = self.healer.down
@@ -111,7 +117,8 @@ class Controller:
                            drops={k: dict(v) for k, v in self.diagnoser.last_drops.items()}, probes=probes,
                            int_reports=snap.reports, int_bad_reports=snap.bad_reports,
                            latency={(sw, port, peer.get((sw, port), "")): h
-                                    for (sw, port), h in self.collector.latency_histograms().items()})
+                                    for (sw, port), h in self.collector.latency_histograms().items()}
+                           if histograms else {}, seen=seen)
 
     @property
     def sessions(self) -> dict[str, SwitchSession]:
@@ -190,6 +197,12 @@ class Controller:
             metrics, _ = serve(on_loop(asyncio.get_running_loop(), self.fabric_state), self.options.metrics_port,
                                fidelity)
             (self.run_dir / runfiles.METRICS_ADDR).write_text(f"127.0.0.1:{metrics.server_port}\n")
+        live = None
+        if self.options.web_port is not None:
+            live = LiveServer(on_loop(asyncio.get_running_loop(), lambda: self.fabric_state(histograms=False)),
+                              self.topo, self.options.web_port, self.options.fidelity_file,
+                              self.run_dir / runfiles.FAULTS).start()
+            (self.run_dir / runfiles.LIVE_ADDR).write_text(f"127.0.0.1:{live.server_port}\n")
         await self.start()
         tasks = [asyncio.create_task(self.switches.watch(n)) for n in self.sessions]
         tasks.append(asyncio.create_task(self._age_telemetry()))
@@ -211,6 +224,8 @@ class Controller:
         if metrics is not None:
             metrics.shutdown()
             metrics.server_close()
+        if live is not None:
+            live.stop()
         self.collector.close()
         self.advice.close()
         self.healer.close()

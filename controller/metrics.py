@@ -73,7 +73,8 @@ class FabricState:
     counters: (switch, port, peer) → (rx packets, tx packets, tx bytes), fabric ports;
     links: (end a, end b) → up; advice: (source host, destination host) → bit/s; drops: switch →
     reason → frames; probes: (switch, port, peer) → (probes received from it, seconds since the newest);
-    latency: (switch, port, peer) → (hop latencies per LATENCY_BUCKETS_US bucket and above, their sum µs)."""
+    latency: (switch, port, peer) → (hop latencies per LATENCY_BUCKETS_US bucket and above, their sum µs);
+    seen: (switch, port, peer) → wall time INT last reported the port (for the live page)."""
 
     ports: dict[PortKey, tuple[float, float, float, float]] = field(default_factory=dict)
     counters: dict[PortKey, tuple[int, int, int]] = field(default_factory=dict)
@@ -83,6 +84,7 @@ class FabricState:
     drops: dict[str, dict[str, int]] = field(default_factory=dict)
     probes: dict[PortKey, tuple[int, float]] = field(default_factory=dict)
     latency: dict[PortKey, tuple[tuple[int, ...], int]] = field(default_factory=dict)
+    seen: dict[PortKey, float] = field(default_factory=dict)
     int_reports: int = 0
     int_bad_reports: int = 0
 

@@ -25,6 +25,7 @@ class ControllerOptions:
     probe_misses: int = 4  # probe periods without one: the link is down
     hold_down_s: float = 0.5  # a failed link returns to service after probes crossed it this long
     metrics_port: int | None = 0  # Prometheus /metrics on 127.0.0.1 (0: a free port; None: not served)
+    web_port: int | None = 0  # the live page on 127.0.0.1 (0: a free port; None: not served)
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +49,9 @@ class ControllerOptions:
         parser.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
                             help="serve Prometheus /metrics on 127.0.0.1:PORT (default 0: a free port, written to "
                                  "the run directory's metrics.addr; -1: not served)")
+        parser.add_argument("--web-port", "--web", type=int, default=0, metavar="PORT",
+                            help="serve the live page on 127.0.0.1:PORT (default 0: a free port, written to the "
+                                 "run directory's live.addr; -1: not served)")
         parser.add_argument("--fidelity-file", type=Path,
                             help="append event-loop lag and BMv2 switches' lateness (from INT) per 100 ms window here")
 
@@ -56,8 +60,9 @@ class ControllerOptions:
         """The options the parsed command line gives; ValueError naming the wrong one."""
         if args.probe_ms < 0 or args.probe_misses < 1 or args.hold_down_ms < 0:
             raise ValueError("--probe-ms and --hold-down-ms must be >= 0, --probe-misses >= 1")
-        if not -1 <= args.metrics_port <= 65535:
-            raise ValueError("--metrics-port must be a TCP port, 0 (a free one) or -1 (none)")
+        for name, port in (("--metrics-port", args.metrics_port), ("--web-port", args.web_port)):
+            if not -1 <= port <= 65535:
+                raise ValueError(f"{name} must be a TCP port, 0 (a free one) or -1 (none)")
         if not 0 < args.flowlet_gap_ms <= 4e6:
             raise ValueError("--flowlet-gap-ms must be above 0 (and fit 32 bits of µs)")
         return cls(int_sample_log2=None if args.int_sample_log2 < 0 else args.int_sample_log2,
@@ -66,4 +71,5 @@ class ControllerOptions:
                    eta=args.eta, drain_s=args.drain_ms / 1000,
                    fidelity_file=args.fidelity_file, probe_s=args.probe_ms / 1000, probe_misses=args.probe_misses,
                    hold_down_s=args.hold_down_ms / 1000,
-                   metrics_port=None if args.metrics_port < 0 else args.metrics_port)
+                   metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+                   web_port=None if args.web_port < 0 else args.web_port)

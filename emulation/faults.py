@@ -4,8 +4,8 @@ A `Fault` says what breaks, where and how much; `inject(tb, fault)` applies it t
 its kind needs — Mininet for a link's carrier (link_down, link_up, flap: both ends, a cut cable), the
 controller's API for loss (it writes the receiving switch's fault_inject, so its probes see it too),
 the switch's faults file for rate and a switch's delay, the host's faults file for a host's delay —
-and says when it began. Scenarios (lab/scenario.py), the localisation evaluation and the CLI all
-inject through here.
+says when it began, and adds it to the run's faults.csv. Scenarios (lab/scenario.py), the
+localisation evaluation and the CLI all inject through here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import grpc
 
 from emulation.net import Testbed, TestbedError
-from wire import adviceclient, faultsfile
+from wire import adviceclient, faultsfile, runfiles
 
 FAULT_KINDS = ("link_down", "link_up", "loss", "flap", "rate", "delay")
 
@@ -64,7 +64,15 @@ class Injected:
 
 def inject(tb: Testbed, fault: Fault) -> Injected:
     """Apply `fault` on `tb`; TestbedError (or TopologyError for a link that is not there) when it
-    cannot be applied, with nothing changed."""
+    cannot be applied, with nothing changed. Each fault applied is added to the run's faults.csv
+    (the live page's timeline and its replay)."""
+    injected = _apply(tb, fault)
+    runfiles.append_fault(tb.run_dir, runfiles.FaultRecord(injected.began, injected.settled, fault.kind,
+                                                           *fault.link, fault.record(), fault.describe()))
+    return injected
+
+
+def _apply(tb: Testbed, fault: Fault) -> Injected:
     a, b = fault.link
     if fault.kind in ("link_down", "link_up"):
         at = tb.set_link(a, b, up=fault.kind == "link_up")

@@ -391,6 +391,12 @@ class Testbed:
         return self._schemas[path]
 
     @property
+    def live_url(self) -> str | None:
+        """Where the controller serves the live page (controller/live.py); None: not served."""
+        path = self.run_dir / runfiles.LIVE_ADDR
+        return f"http://{path.read_text().strip()}/" if path.exists() else None
+
+    @property
     def metrics_url(self) -> str | None:
         """Where the controller serves Prometheus /metrics (controller/metrics.py); None: not served."""
         path = self.run_dir / runfiles.METRICS_ADDR

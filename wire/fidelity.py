@@ -41,6 +41,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from wire.runfiles import LineTail
+
 WINDOW_S = 0.1
 LAG_PERIOD_S = 0.01  # loop-lag probes wake this often
 DEFAULT_TOLERANCE_MS = 2.0
@@ -105,14 +107,12 @@ def parse_row(row: dict[str, str]) -> WindowRecord | None:
 
 
 class FidelityTail:
-    """Follows a fidelity.csv while processes append to it: each `poll` parses the complete lines
-    written since the last one (a line still being written waits for the next poll) and keeps, per
-    (source, kind), windows seen, late windows, and the newest window's record. For live readers
-    (the controller's /metrics and live page): no rereading of the whole file."""
+    """Follows a fidelity.csv while processes append to it (runfiles.LineTail): each `poll` parses the
+    lines written since the last one and keeps, per (source, kind), windows seen, late windows, and
+    the newest window's record. For live readers (the controller's /metrics and live page)."""
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.offset = 0
+        self.lines = LineTail(path)
         self.windows: dict[tuple[str, str], int] = {}
         self.late_windows: dict[tuple[str, str], int] = {}
         self.newest: dict[tuple[str, str], WindowRecord] = {}
@@ -121,25 +121,13 @@ class FidelityTail:
     def poll(self) -> list[WindowRecord]:
         """Parse what was appended since the last poll; returns those records (thread-safe)."""
         with self.lock:
-            try:
-                with self.path.open("rb") as f:
-                    f.seek(self.offset)
-                    data = f.read()
-            except FileNotFoundError:
-                return []
-            complete = data[:data.rfind(b"\n") + 1]
-            self.offset += len(complete)
-            records = []
-            for values in csv.reader(complete.decode(errors="replace").splitlines()):
-                rec = parse_row(dict(zip(COLUMNS, values, strict=False)))
-                if rec is None:
-                    continue  # the header, or a malformed line
+            records = self.lines.poll(lambda values: parse_row(dict(zip(COLUMNS, values, strict=False))))
+            for rec in records:
                 key = (rec.source, rec.kind)
                 self.windows[key] = self.windows.get(key, 0) + 1
                 self.late_windows[key] = self.late_windows.get(key, 0) + bool(rec.late_events)
                 if key not in self.newest or rec.window >= self.newest[key].window:
                     self.newest[key] = rec
-                records.append(rec)
             return records
 
 

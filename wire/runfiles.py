@@ -10,6 +10,8 @@ components write into it and the lab, the console and the tests read it:
     controller.addr          where the advice API listens (a unix: path, controller.sock, or 127.0.0.1:port)
     controller.ready, controller.log, controller.out, p4runtime-requests.log
     metrics.addr             where the controller serves Prometheus /metrics (127.0.0.1:port)
+    live.addr                where the controller serves the live page (127.0.0.1:port)
+    faults.csv               every fault injected into the fabric, when and what (emulation/faults.py)
     telemetry.csv            per-port INT readings: time, switch, port, queue_pkts, hop_latency_us,
                              tx_rate_mbps, utilisation (the controller's collector)
     int-flows.csv            one row per INT-reported flow and its path (the collector)
@@ -28,10 +30,14 @@ components write into it and the lab, the console and the tests read it:
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 TOPOLOGY = "topology.yaml"
 SWITCHES = "switches.json"
@@ -42,6 +48,10 @@ CONTROLLER_READY = "controller.ready"
 CONTROLLER_LOG = "controller.log"
 CONTROLLER_OUT = "controller.out"
 METRICS_ADDR = "metrics.addr"  # the controller's Prometheus /metrics, 127.0.0.1:PORT
+LIVE_ADDR = "live.addr"  # the controller's live page, 127.0.0.1:PORT
+FAULTS = "faults.csv"
+T = TypeVar("T")
+FAULTS_FIELDS = ["began", "settled", "kind", "a", "b", "fault", "text"]
 P4RUNTIME_LOG = "p4runtime-requests.log"
 TELEMETRY = "telemetry.csv"
 INT_FLOWS = "int-flows.csv"
@@ -133,3 +143,70 @@ def read_telemetry(path: Path, t0: float = -math.inf, t1: float = math.inf) -> l
             out.append(QueueReading(t, row["switch"], int(row["port"]), int(row["queue_pkts"]),
                                     float(row["utilisation"]) if row["utilisation"] else None))
     return out
+
+
+@dataclass(frozen=True)
+class FaultRecord:
+    """One injected fault of faults.csv: when it began and settled (wall s), its kind, the link or
+    node (a, b), its figures as emulation.faults.Fault.record() gives them, and a sentence."""
+
+    began: float
+    settled: float
+    kind: str
+    a: str
+    b: str
+    fault: dict
+    text: str
+
+
+def append_fault(run_dir: Path, record: FaultRecord) -> None:
+    """Add a fault to the run's faults.csv (its header first when the file is new)."""
+    path = Path(run_dir) / FAULTS
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        writer = csv.writer(f)
+        if new:
+            writer.writerow(FAULTS_FIELDS)
+        writer.writerow([f"{record.began:.6f}", f"{record.settled:.6f}", record.kind, record.a, record.b,
+                         json.dumps(record.fault, sort_keys=True), record.text])
+
+
+def parse_fault(values: list[str]) -> FaultRecord | None:
+    """A fault from the fields of one faults.csv line; None for the header or a malformed line."""
+    row = dict(zip(FAULTS_FIELDS, values, strict=False))
+    try:
+        fault = json.loads(row["fault"])
+        return FaultRecord(float(row["began"]), float(row["settled"]), row["kind"], row["a"], row["b"],
+                           fault if isinstance(fault, dict) else {}, row["text"])
+    except (KeyError, ValueError):
+        return None
+
+
+def read_faults(run_dir: Path) -> list[FaultRecord]:
+    """Every fault injected in a run, in order."""
+    return LineTail(Path(run_dir) / FAULTS).poll(parse_fault)
+
+
+class LineTail:
+    """Follows a CSV file while processes append to it: each `poll` parses the complete lines written
+    since the last one, once each (a line still being written waits for the next poll)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self.lock = threading.Lock()
+
+    def poll(self, parse: Callable[[list[str]], T | None]) -> list[T]:
+        """[parse(fields) for each new line, where it is not None] (thread-safe)."""
+        with self.lock:
+            try:
+                with self.path.open("rb") as f:
+                    f.seek(self.offset)
+                    data = f.read()
+            except FileNotFoundError:
+                return []
+            complete = data[:data.rfind(b"\n") + 1]
+            self.offset += len(complete)
+            parsed = (parse(values) for values in csv.reader(io.StringIO(complete.decode(errors="replace"))))
+            return [item for item in parsed if item is not None]
+
