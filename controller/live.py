@@ -41,6 +41,7 @@ from wire.fidelity import WINDOW_S, FidelityTail, WindowRecord
 log = logging.getLogger("controller.live")
 
 FRAME_PERIOD_S = 0.1  # a frame this often while a page watches
+STALE_S = 1.0  # the page draws a port INT has not reported for this long as idle (INT reports only traffic)
 KEEPALIVE_S = 5.0  # an SSE comment after this long without a frame (a state read timed out)
 FIDELITY_RECENT_S = 5.0  # the page's fidelity line covers the windows of the last seconds ...
 FIDELITY_LAG_S = 1.0  # ... that ended this long ago (switches write their windows' lines once a second)
@@ -93,7 +94,7 @@ def topology_view(topo: Topology) -> dict[str, Any]:
                           "x": round(step * (i + 0.5)), "y": (max(tiers) - lv) * 130})
     links = [{"id": f"{link.a}-{link.b}", "a": link.a, "b": link.b, "a_port": link.a_port, "b_port": link.b_port,
               "capacity_bps": link.capacity_mbps * 1e6} for link in topo.links]
-    return {"name": topo.name, "nodes": nodes, "links": links}
+    return {"name": topo.name, "nodes": nodes, "links": links, "stale_s": STALE_S}
 
 
 class Frames:

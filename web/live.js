@@ -1,13 +1,12 @@
 // The live page (controller/live.py serves it): the fabric drawn from /topology.json, redrawn from
 // every frame /events pushes. A link's colour is the utilisation band of its busier direction, as
-// INT last reported it; a direction INT has not reported for STALE_S is idle. window.starnetLive
+// INT last reported it; a direction INT has not reported for stale_s (/topology.json) is idle. window.starnetLive
 // keeps what the tests read: frames seen, and every colour change with how long after the INT
 // report behind it the page drew it.
 "use strict";
 
 const BANDS = [[0.2, "#aab4be", "below 20%"], [0.4, "#2e9d5b", "20-40%"], [0.6, "#d4b106", "40-60%"],
                [0.8, "#e8730c", "60-80%"], [Infinity, "#d0312d", "80% and above"]];
-const STALE_S = 1.0;
 const HISTORY_S = 60;
 const live = window.starnetLive = { frames: 0, colourChanges: [], last: null, cy: null, selected: null };
 const history = {};  // link id -> [[t...], [util a>b...], [util b>a...], [queue a>b...], [queue b>a...]]
@@ -75,7 +74,7 @@ function render(frame) {
   const ports = {};
   for (const [sw, port, peer, util, queue, hop, seen] of frame.ports) {
     const key = `${sw}>${peer}`;
-    const idle = seen === null || frame.t - seen > STALE_S;
+    const idle = seen === null || frame.t - seen > live.topology.stale_s;
     const fresh = !idle && previousSeen[key] !== seen;  // INT reported it since the last frame
     previousSeen[key] = seen;
     ports[key] = { util: idle ? 0 : util, queue: idle ? 0 : queue, hop, seen, fresh };
