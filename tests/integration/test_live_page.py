@@ -19,12 +19,12 @@ from controller.localizer import Suspect
 from emulation.faults import Fault, inject
 from emulation.net import Testbed
 from emulation.traffic import iperf3_tcp, start_iperf3_server
-from wire.adviceclient import diagnose
-from wire.fidelity import read_records
 from tests.integration.helpers import wait_until
 from tests.unit.controller.test_live import Fabric
 from topologies import leafspine
 from wire import runfiles
+from wire.adviceclient import diagnose
+from wire.fidelity import read_records
 
 CHROMIUM = Path("/usr/bin/chromium")
 LATENCY_GOAL_MS = 300.0  # issue "Live view": a utilisation step INT sees recolours its link within this, p95
@@ -171,7 +171,7 @@ def test_a_cut_link_and_an_injected_loss_show_as_the_cli_diagnoses_them(fabric, 
             inject(fabric, Fault("loss", ("s3", uplink), percent=10.0))
             try:
                 page.wait_for_function(f"{edge.format('s3-' + uplink)}.hasClass('lossy')", timeout=5000)
-                assert wait_until(lambda: agree("s3", uplink, "loss"), 20.0), top_suspects(fabric, page)
+                assert wait_until(lambda u=uplink: agree("s3", u, "loss"), 20.0), top_suspects(fabric, page)
                 agreed.append(top_suspects(fabric, page)[0])
                 assert f"loss 10% of frames s3 -> {uplink}" in page.inner_text("#timeline")
             finally:
@@ -180,7 +180,8 @@ def test_a_cut_link_and_an_injected_loss_show_as_the_cli_diagnoses_them(fabric, 
             client.terminate()
             client.wait(10)
         page.wait_for_function(f"!{edge.format('s3-' + uplink)}.hasClass('lossy')", timeout=30000)
-    print(f"\nlive page: top suspect on the page = the CLI's diagnose in {len(agreed)} of {2 * TRIALS} trials: {agreed}")
+    print(f"\nlive page: top suspect on the page = the CLI's diagnose in {len(agreed)} of {2 * TRIALS} trials: "
+          f"{agreed}")
     assert errors == [] and requests == [], (errors, requests)
     page.close()
 
