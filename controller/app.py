@@ -35,7 +35,7 @@ from controller.advisor import AdvisorParams
 from controller.diagnosis import Diagnoser
 from controller.faults import LinkLoss
 from controller.healing import Healer
-from controller.live import LiveServer
+from controller.live import LiveServer, following
 from controller.localizer import Suspect
 from controller.metrics import FabricState, on_loop, serve
 from controller.options import ControllerOptions
@@ -200,8 +200,8 @@ class Controller:
         live = None
         if self.options.web_port is not None:
             live = LiveServer(on_loop(asyncio.get_running_loop(), lambda: self.fabric_state(histograms=False)),
-                              self.topo, self.options.web_port, self.options.fidelity_file,
-                              self.run_dir / runfiles.FAULTS).start()
+                              self.topo, self.options.web_port,
+                              following(self.options.fidelity_file, self.run_dir / runfiles.FAULTS)).start()
             (self.run_dir / runfiles.LIVE_ADDR).write_text(f"127.0.0.1:{live.server_port}\n")
         await self.start()
         tasks = [asyncio.create_task(self.switches.watch(n)) for n in self.sessions]

@@ -1,11 +1,13 @@
 """Fault localisation in the controller: every second the fabric ports' counters (one P4Runtime
 Read per switch), the link states the healer holds and the INT collector's hop latencies and drain
-rates go into the localiser (controller/localizer.py); its alerts go to the log and diagnosis.csv.
-The ranks' step timings (ReportSteps) are evidence too."""
+rates go into the localiser (controller/localizer.py); its alerts go to the log and diagnosis.csv,
+its ranking (each time it changes) to suspects.csv. The ranks' step timings (ReportSteps) are
+evidence too."""
 
 from __future__ import annotations
 
 import asyncio
+import csv
 import logging
 import time
 from collections.abc import Callable
@@ -36,6 +38,11 @@ class Diagnoser:
         self.log = (run_dir / runfiles.DIAGNOSIS).open("a")
         if self.log.tell() == 0:
             self.log.write(DIAGNOSIS_HEADER)
+        self.suspects_file = (run_dir / runfiles.SUSPECTS).open("a", newline="")
+        self.suspects_log = csv.writer(self.suspects_file)
+        if self.suspects_file.tell() == 0:
+            self.suspects_log.writerow(runfiles.SUSPECTS_FIELDS)
+        self.last_ranking: list[tuple[str, str, bool]] | None = None
 
     def diagnosis(self) -> tuple[list[Suspect], list[tuple[float, Suspect]], float]:
         return self.localizer.ranked(), list(self.localizer.alerts), self.localized_at
@@ -86,8 +93,21 @@ class Diagnoser:
                     log.warning("localiser: %s (%s, score %.2f): %s", s.target, s.fault, s.score, s.evidence)
                     self.log.write(f"{at:.3f},{s.target},{s.fault},{s.score:.3f},\"{s.evidence}\"\n")
                 self.log.flush()
+                self._log_ranking(wall)
             except Exception:  # noqa: BLE001 - a bug in one tick must not end localisation; it is logged in full
                 log.exception("localiser: tick failed")
 
+    def _log_ranking(self, wall: float) -> None:
+        """The ranked suspects into suspects.csv when their order or alerts changed (a replay's)."""
+        ranked = self.localizer.ranked()
+        ranking = [(s.target, s.fault, s.alert) for s in ranked]
+        if ranking == self.last_ranking:
+            return
+        self.last_ranking = ranking
+        self.suspects_log.writerows(runfiles.suspects_rows(
+            wall, [(s.target, s.fault, s.score, s.alert, s.evidence) for s in ranked]))
+        self.suspects_file.flush()
+
     def close(self) -> None:
         self.log.close()
+        self.suspects_file.close()

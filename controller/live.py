@@ -97,14 +97,31 @@ def topology_view(topo: Topology) -> dict[str, Any]:
     return {"name": topo.name, "nodes": nodes, "links": links, "stale_s": STALE_S}
 
 
+def link_text(a: str, b: str, up: bool) -> str:
+    return f"link {a}-{b} {'up again' if up else 'down'} (controller)"
+
+
+def alert_text(target: str, fault: str) -> str:
+    return f"{fault} at {target} (localiser)"
+
+
 class Frames:
     """Builds the page's frames from FabricState copies; remembers what it needs to tell changes
-    (links going down and up, alerts raised) and follows fidelity.csv and faults.csv."""
+    (links going down and up, alerts raised). `fidelity` and `faults` give the fidelity records and
+    injected faults that came since their last call: a live run's files followed as they grow
+    (`following`), or a replay's records as its clock reaches them (controller/replay.py)."""
 
-    def __init__(self, topo: Topology, fidelity: Path | None, faults: Path | None) -> None:
-        self.topo = topo
-        self.fidelity = FidelityTail(fidelity) if fidelity is not None else None
-        self.faults = runfiles.LineTail(faults) if faults is not None else None
+    def __init__(self, fidelity: Callable[[], list[WindowRecord]] | None = None,
+                 faults: Callable[[], list[runfiles.FaultRecord]] | None = None,
+                 replay: dict[str, Any] | None = None,
+                 detected: Callable[[], list[tuple[float, str]]] | None = None) -> None:
+        """detected: what was detected since the last call, (time, text), where the source knows its
+        exact times (a replay's links.csv and diagnosis.csv); None: told from the changes between
+        consecutive states, stamped with the frame's time."""
+        self.fidelity = fidelity
+        self.faults = faults
+        self.replay = replay
+        self.detected = detected
         self.records: deque[WindowRecord] = deque()
         self.events: deque[dict[str, Any]] = deque(maxlen=TIMELINE)
         self.links_up: dict[tuple[str, str], bool] = {}
@@ -115,14 +132,18 @@ class Frames:
     def build(self, state: FabricState, now: float) -> dict[str, Any]:
         self.count += 1
         self._follow_faults()
+        if self.detected is not None:
+            for t, text in self.detected():
+                self._event(t, "detected", text)
         for link, up in sorted(state.links.items()):
             was = self.links_up.get(link)
-            if was is not None and was != up:
-                self._event(now, "detected", f"link {link[0]}-{link[1]} {'up again' if up else 'down'} (controller)")
+            if was is not None and was != up and self.detected is None:
+                self._event(now, "detected", link_text(*link, up))
             self.links_up[link] = up
         alerts = {(s.target, s.fault) for s in state.suspects if s.alert}
         for target, fault in sorted(alerts - self.alerts):
-            self._event(now, "detected", f"{fault} at {target} (localiser)")
+            if self.detected is None:
+                self._event(now, "detected", alert_text(target, fault))
         self.alerts = alerts
         lossy = {tuple(sorted(m.groups())) for s in state.suspects
                  if s.alert and s.fault == "loss" and (m := LINK_TARGET.match(s.target))}
@@ -131,7 +152,7 @@ class Frames:
         for (src, dst), rate in sorted(state.advice.items()):
             advice.setdefault(src, {})[dst] = rate
         return {
-            "frame": self.count, "t": now,
+            "frame": self.count, "t": now, "replay": self.replay,
             "ports": [[sw, port, peer, round(util, 4), q, hop_s, state.seen.get((sw, port, peer))]
                       for (sw, port, peer), (q, util, hop_s, _cap) in sorted(state.ports.items())],
             "links": [{"a": a, "b": b, "up": up, "lossy": tuple(sorted((a, b))) in lossy}
@@ -149,7 +170,7 @@ class Frames:
     def _follow_faults(self) -> None:
         if self.faults is None:
             return
-        for fault in self.faults.poll(runfiles.parse_fault):
+        for fault in self.faults():
             self._event(fault.began, "injected", fault.text)
             if fault.kind == "loss":
                 self.injected_loss[(fault.a, fault.b)] = float(fault.fault.get("percent", 0.0))
@@ -159,7 +180,7 @@ class Frames:
         how many, how many a late event spoiled, the worst lateness and where."""
         if self.fidelity is None:
             return None
-        self.records.extend(self.fidelity.poll())
+        self.records.extend(self.fidelity())
         first, last = int((now - FIDELITY_LAG_S - FIDELITY_RECENT_S) / WINDOW_S), int((now - FIDELITY_LAG_S) / WINDOW_S)
         while self.records and self.records[0].window < first - 50:
             self.records.popleft()
@@ -178,6 +199,14 @@ class Frames:
         return {"seconds": FIDELITY_RECENT_S, "windows": windows, "late": len(flagged),
                 "held": round(1 - len(flagged) / windows, 3) if windows else 1.0,
                 "worst_ms": round(worst, 1), "worst_at": where, "loop_worst_ms": round(loop_worst, 1)}
+
+
+def following(fidelity: Path | None, faults: Path | None) -> Frames:
+    """Frames of a live run: its fidelity.csv and faults.csv followed as its processes append to them."""
+    fidelity_tail = FidelityTail(fidelity) if fidelity is not None else None
+    faults_tail = runfiles.LineTail(faults) if faults is not None else None
+    return Frames(fidelity_tail.poll if fidelity_tail is not None else None,
+                  (lambda: faults_tail.poll(runfiles.parse_fault)) if faults_tail is not None else None)
 
 
 class Hub:
@@ -232,13 +261,16 @@ class LiveServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, read: Callable[[], FabricState], topo: Topology, port: int = 0, fidelity: Path | None = None,
-                 faults: Path | None = None, web_dir: Path = WEB_DIR) -> None:
+    def __init__(self, read: Callable[[], FabricState], topo: Topology, port: int = 0, frames: Frames | None = None,
+                 clock: Callable[[], float] = time.time, web_dir: Path = WEB_DIR) -> None:
+        """read: the state now; frames: what else a frame shows (`following` a live run's files, or a
+        replay's); clock: the frames' time (wall time, or a replay's)."""
         super().__init__(("127.0.0.1", port), LiveHandler)
         self.read = read
+        self.clock = clock
         self.web_dir = web_dir
         self.topology = json.dumps(topology_view(topo)).encode()
-        self.frames = Frames(topo, fidelity, faults)
+        self.frames = frames if frames is not None else Frames()
         self.hub = Hub()
         self.threads = [threading.Thread(target=self.serve_forever, name="live-http", daemon=True),
                         threading.Thread(target=self._produce, name="live-frames", daemon=True)]
@@ -263,7 +295,8 @@ class LiveServer(ThreadingHTTPServer):
         while self.hub.wait_for_watchers():
             due = time.monotonic() + FRAME_PERIOD_S
             try:
-                frame = self.frames.build(self.read(), time.time())
+                state = self.read()
+                frame = self.frames.build(state, self.clock())
                 self.hub.publish(json.dumps(frame, separators=(",", ":")).encode())
             except Exception as exc:  # a state read that timed out on a busy loop: the next one may not
                 log.warning("live page: no frame (%s: %s)", type(exc).__name__, exc)

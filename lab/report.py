@@ -87,6 +87,10 @@ def write_report(result: ScenarioResult) -> Path:
              "", TABLE_START, first_table(result), TABLE_END, "", "## Fidelity", ""]
     for mode, run in result.runs.items():
         lines.append(f"- {mode}: {run.verdict} (`{run.run_dir}`)")
+    lines += ["", "## Replay", "", "Each mode's run on the live page (links, queues, suspects, advice and faults "
+              "as they were; README: Live page):", ""]
+    for mode, run in result.runs.items():
+        lines.append(f"- {mode}: `python -m testbed replay {run.run_dir}`")
     lines += ["", "## Jobs", ""]
     for mode, run in result.runs.items():
         for r in run.jobs:

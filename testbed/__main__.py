@@ -1,9 +1,10 @@
-"""python -m testbed run|scenario|report|clean|address|device-id
+"""python -m testbed run|job|scenario|report|replay|clean|address|device-id
 
     run --topo NAME|FILE --dataplane auto|soft|bmv2   bring up a testbed and open the CLI
     job --hosts h1,h2,… -- PROGRAM [ARGS]            run your program on the hosts, one rank each
     scenario FILE [--modes a,b] [--short F]          run a scenario file per mode, write its report
     report [REPORT.md]                               print the first table of the last (or given) report
+    replay RUN_DIR [--speed X] [--from S]            play a finished run back on the live page
     clean                                            end what earlier runs left (by recorded PID)
     address SW / device-id SW                        P4Runtime address / device id of a running switch
 """
@@ -14,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from controller.advice import MODES
@@ -134,6 +136,27 @@ def cmd_diagnose_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from controller.replay import Replay, RunNotReplayable
+
+    try:
+        replay = Replay(Path(args.run_dir), speed=args.speed, start_s=args.start)
+        server = replay.serve(args.port)
+    except (RunNotReplayable, OSError) as exc:
+        print(f"testbed replay: {exc}", file=sys.stderr)
+        return 2
+    print(f"replaying {args.run_dir} ({replay.t1 - replay.t0:.1f} s of it, from {args.start:g} s, x{args.speed:g}) "
+          f"on http://127.0.0.1:{server.server_port}/ — the clock starts when a page opens; Ctrl-C ends it", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="testbed")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -162,6 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     scenario.add_argument("--short", type=float, metavar="F", help="scale sizes, durations and times by F (0..1]")
     report = sub.add_parser("report", help="print the first table of the last scenario report")
     report.add_argument("file", nargs="?")
+    replay = sub.add_parser("replay", help="play a finished run directory back on the live page")
+    replay.add_argument("run_dir")
+    replay.add_argument("--speed", type=float, default=1.0, help="times the run's own pace (default 1)")
+    replay.add_argument("--from", dest="start", type=float, default=0.0, metavar="S",
+                        help="start S seconds into the run")
+    replay.add_argument("--port", type=int, default=0, help="serve on 127.0.0.1:PORT (default: a free port)")
     sub.add_parser("clean", help="end processes and delete interfaces left by earlier runs")
     ev = sub.add_parser("diagnose-eval", help="evaluate fault localisation: randomised fault trials under load")
     ev.add_argument("--trials", type=int, default=60, help="fault trials, spread over the kinds")
@@ -185,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_report(args)
     if args.command == "diagnose-eval":
         return cmd_diagnose_eval(args)
+    if args.command == "replay":
+        return cmd_replay(args)
     if args.command == "clean":
         done = clean_all()
         print("\n".join(done) if done else "nothing left by earlier runs")

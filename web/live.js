@@ -71,6 +71,10 @@ function render(frame) {
   const drawnAt = Date.now() / 1000;
   live.frames += 1;
   live.last = frame;
+  if (frame.replay) {
+    const r = frame.replay;
+    text("status", `replay of ${r.run}: ${(frame.t - r.t0).toFixed(1)} s of ${(r.t1 - r.t0).toFixed(1)} s (x${r.speed})`);
+  }
   const ports = {};
   for (const [sw, port, peer, util, queue, hop, seen] of frame.ports) {
     const key = `${sw}>${peer}`;

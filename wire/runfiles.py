@@ -17,7 +17,8 @@ components write into it and the lab, the console and the tests read it:
     int-flows.csv            one row per INT-reported flow and its path (the collector)
     advice.csv               every advice decision (the advice loop)
     links.csv                the link timeline: failures, re-routes, recoveries (the controller)
-    diagnosis.csv            the localiser's findings (the controller)
+    diagnosis.csv            the localiser's alerts (the controller)
+    suspects.csv             the localiser's ranked suspects, each time the ranking changes (the controller)
     fidelity.csv, fidelity.txt, cpu.csv, rtwatch.log   timing fidelity and CPU per window
     host-rates.csv           each host's sending rate, sampled by a scenario run
     hostagents/<h>.csv|.log|.out   each host agent's applied pacing and its log
@@ -59,6 +60,8 @@ ADVICE = "advice.csv"
 PATHS = "paths.csv"
 LINKS = "links.csv"
 DIAGNOSIS = "diagnosis.csv"
+SUSPECTS = "suspects.csv"
+SUSPECTS_FIELDS = ["time", "rank", "target", "fault", "score", "alert", "evidence"]  # rank 0, empty target: none
 FIDELITY = "fidelity.csv"
 FIDELITY_TXT = "fidelity.txt"
 CPU = "cpu.csv"
@@ -123,6 +126,7 @@ class QueueReading:
     port: int
     queue_pkts: int
     utilisation: float | None  # None until the port's rate is known
+    hop_latency_us: int = 0
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
@@ -141,7 +145,8 @@ def read_telemetry(path: Path, t0: float = -math.inf, t1: float = math.inf) -> l
         t = float(row["time"])
         if t0 <= t < t1:
             out.append(QueueReading(t, row["switch"], int(row["port"]), int(row["queue_pkts"]),
-                                    float(row["utilisation"]) if row["utilisation"] else None))
+                                    float(row["utilisation"]) if row["utilisation"] else None,
+                                    int(row["hop_latency_us"] or 0)))
     return out
 
 
@@ -209,4 +214,30 @@ class LineTail:
             self.offset += len(complete)
             parsed = (parse(values) for values in csv.reader(io.StringIO(complete.decode(errors="replace"))))
             return [item for item in parsed if item is not None]
+
+
+def suspects_rows(t: float, ranked: list[tuple[str, str, float, bool, str]]) -> list[list[str]]:
+    """suspects.csv's rows for one ranking (target, fault, score, alert, evidence), strongest first; a
+    ranking with no suspect is one row of rank 0, so that a reader sees the suspects go."""
+    if not ranked:
+        return [[f"{t:.3f}", "0", "", "", "", "", ""]]
+    return [[f"{t:.3f}", str(i), target, fault, f"{score:.3f}", "1" if alert else "0", evidence]
+            for i, (target, fault, score, alert, evidence) in enumerate(ranked, 1)]
+
+
+def read_suspects(run_dir: Path) -> list[tuple[float, list[tuple[str, str, float, bool, str]]]]:
+    """suspects.csv as (time, ranking) in order: each ranking (target, fault, score, alert, evidence)."""
+    out: list[tuple[float, list[tuple[str, str, float, bool, str]]]] = []
+    for row in read_rows(Path(run_dir) / SUSPECTS):
+        try:
+            t = float(row["time"])
+            entry = (row["target"], row["fault"], float(row["score"]), row["alert"] == "1", row["evidence"]) \
+                if row["target"] else None
+        except (KeyError, ValueError):
+            continue
+        if not out or out[-1][0] != t:
+            out.append((t, []))
+        if entry is not None:
+            out[-1][1].append(entry)
+    return out
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.live import STALE_S, LiveServer
+from controller.live import STALE_S, LiveServer, following
 from controller.localizer import Suspect
+from controller.replay import Replay
 from emulation.faults import Fault, inject
 from emulation.net import Testbed
 from emulation.traffic import iperf3_tcp, start_iperf3_server
@@ -59,7 +60,7 @@ def opened(browser, url: str):
 
 def test_the_page_draws_what_a_frame_says(browser, tmp_path):
     fabric = Fabric()
-    server = LiveServer(fabric.read, leafspine(), faults=tmp_path / runfiles.FAULTS).start()
+    server = LiveServer(fabric.read, leafspine(), frames=following(None, tmp_path / runfiles.FAULTS)).start()
     try:
         page, errors, requests = opened(browser, f"http://127.0.0.1:{server.server_port}/")
         edge = "window.starnetLive.cy.getElementById('s3-s1')"
@@ -155,7 +156,7 @@ def test_a_cut_link_and_an_injected_loss_show_as_the_cli_diagnoses_them(fabric, 
         try:
             page.wait_for_function(f"{edge.format('s3-s1')}.hasClass('down')", timeout=10000)
             assert wait_until(lambda: agree("s3", "s1", "down"), 15.0), top_suspects(fabric, page)
-            agreed.append(top_suspects(fabric, page)[0])
+            agreed.append((fabric.now(), top_suspects(fabric, page)[0], False))
             timeline = page.inner_text("#timeline")
             assert "link_down s3-s1" in timeline and "link s3-s1 down (controller)" in timeline
         finally:
@@ -172,7 +173,7 @@ def test_a_cut_link_and_an_injected_loss_show_as_the_cli_diagnoses_them(fabric, 
             try:
                 page.wait_for_function(f"{edge.format('s3-' + uplink)}.hasClass('lossy')", timeout=5000)
                 assert wait_until(lambda u=uplink: agree("s3", u, "loss"), 20.0), top_suspects(fabric, page)
-                agreed.append(top_suspects(fabric, page)[0])
+                agreed.append((fabric.now(), top_suspects(fabric, page)[0], True))
                 assert f"loss 10% of frames s3 -> {uplink}" in page.inner_text("#timeline")
             finally:
                 inject(fabric, Fault("loss", ("s3", uplink), percent=0.0))
@@ -181,9 +182,28 @@ def test_a_cut_link_and_an_injected_loss_show_as_the_cli_diagnoses_them(fabric, 
             client.wait(10)
         page.wait_for_function(f"!{edge.format('s3-' + uplink)}.hasClass('lossy')", timeout=30000)
     print(f"\nlive page: top suspect on the page = the CLI's diagnose in {len(agreed)} of {2 * TRIALS} trials: "
-          f"{agreed}")
+          f"{[top for _, top, _ in agreed]}")
+    live_timeline = [e for e in page.evaluate("window.starnetLive.last.events") if "link s3-s1" in e["text"]]
     assert errors == [] and requests == [], (errors, requests)
     page.close()
+
+    # the run played back: the same top suspect and link state at each moment the page and the CLI agreed,
+    # and the same link events on the replayed page's timeline
+    replay = Replay(fabric.run_dir, speed=50.0)
+    for t, top, link_up in agreed:
+        state = replay.state(t)
+        assert (state.suspects[0].target, state.suspects[0].fault) == top, (t, top, state.suspects[:3])
+        assert state.links[("s3", "s1")] is link_up
+    server = Replay(fabric.run_dir, speed=50.0).serve()
+    try:
+        page, errors, requests = opened(browser, f"http://127.0.0.1:{server.server_port}/")
+        page.wait_for_function("window.starnetLive.last.t >= window.starnetLive.last.replay.t1", timeout=30000)
+        replayed = [e for e in page.evaluate("window.starnetLive.last.events") if "link s3-s1" in e["text"]]
+        assert [e["text"] for e in replayed] == [e["text"] for e in live_timeline], (replayed, live_timeline)
+        assert errors == [] and requests == [], (errors, requests)
+        page.close()
+    finally:
+        server.stop()
 
 
 def busiest_uplink(page) -> str | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.live import LiveServer, missing_libraries, topology_view
+from controller.live import LiveServer, following, missing_libraries, topology_view
 from controller.localizer import Suspect
 from controller.metrics import FabricState
 from topologies import fattree, leafspine
@@ -57,7 +57,7 @@ def served(tmp_path):
     fabric = Fabric()
     fidelity = tmp_path / runfiles.FIDELITY
     create_file(fidelity)
-    server = LiveServer(fabric.read, leafspine(), fidelity=fidelity, faults=tmp_path / runfiles.FAULTS).start()
+    server = LiveServer(fabric.read, leafspine(), frames=following(fidelity, tmp_path / runfiles.FAULTS)).start()
     yield fabric, server, f"http://127.0.0.1:{server.server_port}/", tmp_path
     server.stop()
 
