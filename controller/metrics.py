@@ -1,11 +1,12 @@
 """Prometheus metrics of the running fabric: `/metrics` in the Prometheus text format, served by the
 controller on 127.0.0.1 only (an ephemeral port unless `--metrics-port`; the address is written to
-the run directory's `metrics.addr`) by prometheus_client's own HTTP server, in a thread of its own.
+the run directory's `metrics.addr`) by prometheus_client's threading WSGI server, in threads of its own.
 
-A scrape asks the controller's event loop for a copy of what its parts hold (`FabricState`: the INT
-collector's port state, the localiser's last counter read and its suspects, the healer's link
-states, the advice last sent) and renders that copy in the server's thread: nothing on the packet
-path, nothing read while the loop writes it. The fidelity windows every process appends to the run's
+While scrapes come, a thread of its own asks the controller's event loop every second for a copy of
+what its parts hold (`FabricState`: the INT collector's port state, the localiser's last counter
+read and its suspects, the healer's link states, the advice last sent) and renders that copy with
+prometheus_client; a scrape gets the last rendering at once (`Exposition`): nothing on the packet
+path, nothing read while the loop writes it, and a scrape's time independent of the loop's load. The fidelity windows every process appends to the run's
 fidelity.csv are followed in the scraping thread (wire.fidelity.FidelityTail: only new lines).
 
 Names are prefixed `starnet_` and in base units (bytes, seconds, bits per second, ratios); labels
@@ -18,13 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+import math
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, ThreadingWSGIServer, _SilentHandler, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -33,7 +36,10 @@ from controller.telemetry import LATENCY_BUCKETS_US
 from wire.fidelity import FidelityTail
 
 PortKey = tuple[str, int, str]  # switch, port, the node at its other end
-SCRAPE_TIMEOUT_S = 2.0  # a scrape waits this long for the event loop's copy
+SCRAPE_TIMEOUT_S = 2.0  # a rendering waits this long for the event loop's copy
+RENDER_PERIOD_S = 1.0  # while scraped, the text is rendered this often ...
+IDLE_S = 30.0  # ... until no scrape came for this long
+log = logging.getLogger("controller.metrics")
 # Every metric the controller serves: name (without the _total a counter's sample adds) → help.
 METRICS = {
     "starnet_port_queue_packets": "Queue depth of a switch port in packets, as INT last reported it",
@@ -179,9 +185,75 @@ def on_loop(loop: asyncio.AbstractEventLoop, take: Callable[[], FabricState]) ->
     return lambda: asyncio.run_coroutine_threadsafe(taken(), loop).result(SCRAPE_TIMEOUT_S)
 
 
+class Exposition:
+    """The registry's text, rendered in a thread of its own every RENDER_PERIOD_S while scrapes come
+    (none for IDLE_S: it stops), so a scrape is answered from the last rendering at once. Rendering a
+    k=4 fat-tree's ~1,500 series takes prometheus_client ~27 ms of a quiet core and over 100 ms
+    beside a busy controller loop; the values a scrape gets are at most RENDER_PERIOD_S old (the
+    switches' counters are read once a second anyway). The first scrape after a pause renders itself."""
+
+    def __init__(self, registry: CollectorRegistry, period_s: float = RENDER_PERIOD_S, idle_s: float = IDLE_S) -> None:
+        self.registry = registry
+        self.period_s, self.idle_s = period_s, idle_s
+        self.body = b""
+        self.rendered = -math.inf
+        self.asked = -math.inf
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._render_while_asked, name="metrics-render", daemon=True)
+        self.thread.start()
+
+    def _render(self) -> bytes:
+        with self.lock:
+            started = time.monotonic()
+            body = generate_latest(self.registry)
+            self.body, self.rendered = body, started
+            return body
+
+    def get(self) -> bytes:
+        now = time.monotonic()
+        self.asked = now
+        if now - self.rendered > 2 * self.period_s:  # the renderer was idle (or behind): this scrape renders
+            return self._render()
+        return self.body
+
+    def _render_while_asked(self) -> None:
+        while not self.stopping.wait(self.period_s):
+            if time.monotonic() - self.asked < self.idle_s:
+                try:
+                    self._render()
+                except Exception as exc:  # a state copy that timed out on a busy loop: the next may not
+                    log.warning("metrics: not rendered (%s: %s)", type(exc).__name__, exc)
+
+    def app(self, environ: dict, start_response: Callable) -> list[bytes]:
+        """The WSGI application: /metrics, nothing else."""
+        if environ.get("PATH_INFO", "/") not in ("/metrics", "/"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"only /metrics here\n"]
+        body = self.get()
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))])
+        return [body]
+
+
+class MetricsServer(ThreadingWSGIServer):
+    """/metrics on 127.0.0.1 (prometheus_client's threading WSGI server and quiet handler)."""
+
+    def __init__(self, exposition: Exposition, port: int) -> None:
+        super().__init__(("127.0.0.1", port), _SilentHandler)
+        self.exposition = exposition
+        self.set_app(exposition.app)
+
+    def server_close(self) -> None:
+        self.exposition.stopping.set()
+        super().server_close()
+
+
 def serve(read: Callable[[], FabricState], port: int = 0,
-          fidelity: FidelityTail | None = None) -> tuple[WSGIServer, threading.Thread]:
+          fidelity: FidelityTail | None = None) -> tuple[MetricsServer, threading.Thread]:
     """/metrics on 127.0.0.1:port (0: a free port; the server's `server_port` says which)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FabricMetrics(read, fidelity))
-    return start_http_server(port, addr="127.0.0.1", registry=registry)
+    server = MetricsServer(Exposition(registry), port)
+    thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+    thread.start()
+    return server, thread

@@ -1,19 +1,67 @@
-"""fattree(4): 20 soft switches, 16 hosts, every pair reachable through the fabric."""
+"""fattree(4): 20 soft switches, 16 hosts, every pair reachable through the fabric; the controller's
+/metrics at that size, scraped by a real Prometheus: series bounded by the topology, not the flows."""
 
 from __future__ import annotations
 
+import statistics
+import time
+import urllib.request
+
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from emulation.net import Testbed
-from tests.integration.helpers import links_named, unreachable_pairs
+from tests.integration.helpers import links_named, prometheus, send_udp, unreachable_pairs, wait_until
 from topologies import fattree
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 
+SERIES_GOAL = 2000  # issue "Live view": series on a k=4 fat-tree
+SCRAPE_P99_GOAL_S = 0.050
 
-def test_fattree4_every_host_reaches_every_other():
+
+def test_fattree4_every_host_reaches_every_other_and_its_metrics_stay_bounded(tmp_path):
     topo = fattree(4)
     assert (len(topo.switches), len(topo.hosts)) == (20, 16)
     with Testbed(topo, dataplane="soft", name="test-fattree") as tb:
         assert unreachable_pairs(tb.net) == []
+        url = tb.metrics_url
+        assert url
+        hosts = [tb.host(h.name) for h in topo.hosts]
+
+        def flows(base_port: int, per_host: int) -> None:  # each host to the one 8 further: across the core
+            for i, src in enumerate(hosts):
+                dst = hosts[(i + 8) % len(hosts)]
+                for port in range(base_port, base_port + per_host):
+                    send_udp(src, dst.IP(), port, 3)
+
+        def scrape() -> str:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.read().decode()
+
+        def series() -> int:
+            return sum(len(f.samples) for f in text_string_to_metric_families(scrape()) if f.name.startswith("starnet_"))
+
+        with prometheus(url, tmp_path, tb.run_dir / "prometheus.log") as prom:
+            flows(33000, 2)  # 32 flows
+            time.sleep(2.0)  # a counter read and INT's reports later
+            few = series()
+            flows(34000, 5)  # 80 more
+            time.sleep(2.0)
+            many = series()
+            took = []
+            for _ in range(100):
+                t0 = time.monotonic()
+                scrape()
+                took.append(time.monotonic() - t0)
+            p99 = statistics.quantiles(took, n=100)[-1]
+            assert wait_until(lambda: len(prom.query("starnet_link_up == 1")) == len(topo.links), 30.0)
+            [scraped] = prom.query('scrape_samples_scraped{job="starnet"}')
+            [duration] = prom.query('scrape_duration_seconds{job="starnet"}')
+        print(f"\nfat-tree k=4 /metrics: {few} series after 32 flows, {many} after 112 (goal <= {SERIES_GOAL}); "
+              f"scrape median {statistics.median(took) * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms "
+              f"(goal {SCRAPE_P99_GOAL_S * 1e3:.0f} ms); Prometheus: {scraped['value'][1]} samples, "
+              f"{float(duration['value'][1]) * 1e3:.1f} ms; {tb.verdict(tb.now() - 10, tb.now()).line()}")
+        assert many <= SERIES_GOAL and many - few <= 3 * 14, (few, many)  # a port INT first saw: its 14 series
+        assert p99 <= 2 * SCRAPE_P99_GOAL_S, took  # the goal, with a margin for a busy machine (figure printed)
     assert links_named(tuple(f"{s.name}-" for s in topo.switches)) == []

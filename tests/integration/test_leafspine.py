@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -21,7 +19,7 @@ from emulation.p4read import read_counter
 from emulation.rundir import process_start_time
 from emulation.traffic import iperf3_tcp
 from softswitch.pipeline import ecmp_hash
-from tests.integration.helpers import links_named, pid_alive, send_udp, unreachable_pairs, wait_until
+from tests.integration.helpers import links_named, pid_alive, prometheus, send_udp, unreachable_pairs, wait_until
 from topologies import leafspine
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
@@ -177,56 +175,20 @@ def test_the_controllers_prometheus_metrics_follow_the_fabric(fabric):
 def test_a_prometheus_server_scrapes_the_controllers_metrics(fabric, tmp_path):
     """Debian's Prometheus (`make deps` unpacks its binary into the venv) scrapes /metrics every
     second on 127.0.0.1 and answers queries over it: every link up, the scrape healthy and quick."""
-    binary = Path(sys.prefix) / "prometheus/usr/bin/prometheus"
-    if not binary.exists():
-        pytest.skip(f"no {binary}: `make deps` unpacks Debian's prometheus there")
     url = fabric.metrics_url
     assert url
-    target = url.removeprefix("http://").removesuffix("/metrics")
-    with socket.socket() as s:  # a free port for Prometheus's own API
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        f"scrape_configs:\n  - job_name: starnet\n    static_configs: [{{targets: ['{target}']}}]\n")
-    log = (fabric.run_dir / "prometheus.log").open("w")
-    server = subprocess.Popen([str(binary), f"--config.file={tmp_path / 'prometheus.yml'}",
-                               f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                              stdout=log, stderr=subprocess.STDOUT)
-
-    def answer(expr: str) -> dict:
-        q = urllib.parse.urlencode({"query": expr})
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?{q}", timeout=2) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:  # refused: its reason (JSON), or not ready yet (503, text)
-            body = exc.read()
-            try:
-                return json.loads(body)
-            except ValueError:
-                return {"status": f"http {exc.code}", "body": body[:200].decode(errors="replace")}
-        except OSError:
-            return {"status": "unreachable"}  # not listening yet
-
-    def query(expr: str) -> list[dict]:
-        return answer(expr).get("data", {}).get("result", [])
-
-    try:
+    with prometheus(url, tmp_path, fabric.run_dir / "prometheus.log") as prom:
         links = len(fabric.topo.links)
-        assert wait_until(lambda: len(query("starnet_link_up == 1")) == links, 30.0), \
-            (query("starnet_link_up"), (fabric.run_dir / "prometheus.log").read_text()[-2000:])
-        [up] = query('up{job="starnet"}')
-        [took] = query('scrape_duration_seconds{job="starnet"}')
-        [series] = query('scrape_samples_scraped{job="starnet"}')
-        print(f"\nPrometheus {binary.parent.parent.parent.name}: up {up['value'][1]}, scrape "
-              f"{float(took['value'][1]) * 1e3:.1f} ms, {series['value'][1]} samples")
+        assert wait_until(lambda: len(prom.query("starnet_link_up == 1")) == links, 30.0), \
+            (prom.query("starnet_link_up"), (fabric.run_dir / "prometheus.log").read_text()[-2000:])
+        [up] = prom.query('up{job="starnet"}')
+        [took] = prom.query('scrape_duration_seconds{job="starnet"}')
+        [series] = prom.query('scrape_samples_scraped{job="starnet"}')
+        print(f"\nPrometheus: up {up['value'][1]}, scrape {float(took['value'][1]) * 1e3:.1f} ms, "
+              f"{series['value'][1]} samples")
         assert up["value"][1] == "1"
         assert float(took["value"][1]) < 0.5
-        assert {r["metric"]["peer"] for r in query("starnet_port_tx_packets_total")} == {"s1", "s2", "s3", "s4"}
+        assert {r["metric"]["peer"] for r in prom.query("starnet_port_tx_packets_total")} == {"s1", "s2", "s3", "s4"}
         dashboard = json.loads((ROOT / "dashboards/grafana-starnet.json").read_text())
         for expr in (t["expr"] for panel in dashboard["panels"] for t in panel["targets"]):
-            assert answer(expr)["status"] == "success", (expr, answer(expr))  # the shipped dashboard's queries
-    finally:
-        server.terminate()
-        server.wait(10)
-        log.close()
+            assert prom.answer(expr)["status"] == "success", (expr, prom.answer(expr))  # the dashboard's queries

@@ -7,14 +7,25 @@ import asyncio
 import json
 import re
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
 
 from controller.localizer import Suspect
-from controller.metrics import COUNTERS, HISTOGRAMS, METRICS, FabricState, on_loop, serve
+from controller.metrics import (
+    COUNTERS,
+    HISTOGRAMS,
+    METRICS,
+    Exposition,
+    FabricMetrics,
+    FabricState,
+    on_loop,
+    serve,
+)
 from wire.fidelity import WINDOW_S, FidelityTail, FidelityWindows, create_file
 
 
@@ -161,3 +172,29 @@ def test_counters_are_served_as_counters_and_the_rest_as_gauges(server):
     assert {name for name, kind in types.items() if kind == "counter"} == COUNTERS
     assert {name for name, kind in types.items() if kind == "histogram"} == HISTOGRAMS
     assert {kind for name, kind in types.items() if name not in COUNTERS | HISTOGRAMS} == {"gauge"}
+
+
+def test_scrapes_are_answered_from_a_rendering_refreshed_while_they_come():
+    reads = []
+
+    def read() -> FabricState:
+        reads.append(time.monotonic())
+        return state()
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FabricMetrics(read))
+    exposition = Exposition(registry, period_s=0.2, idle_s=1.0)
+    try:
+        first = exposition.get()  # nothing rendered yet: this scrape renders
+        assert b"starnet_int_reports_total 123.0" in first and len(reads) == 1
+        assert exposition.get() is first and len(reads) == 1  # the next one, at once: the same rendering
+        time.sleep(0.7)
+        assert 2 <= len(reads) <= 5  # refreshed every 0.2 s while scraped
+        exposition.get()
+        time.sleep(1.6)
+        settled = len(reads)
+        time.sleep(0.6)
+        assert len(reads) == settled  # no scrape for idle_s: no more rendering
+    finally:
+        exposition.stopping.set()
+        exposition.thread.join(2)
