@@ -6,8 +6,9 @@ While scrapes come, a thread of its own asks the controller's event loop every s
 what its parts hold (`FabricState`: the INT collector's port state, the localiser's last counter
 read and its suspects, the healer's link states, the advice last sent) and renders that copy with
 prometheus_client; a scrape gets the last rendering at once (`Exposition`): nothing on the packet
-path, nothing read while the loop writes it, and a scrape's time independent of the loop's load. The fidelity windows every process appends to the run's
-fidelity.csv are followed in the scraping thread (wire.fidelity.FidelityTail: only new lines).
+path, nothing read while the loop writes it, and a scrape's time independent of the loop's load.
+The fidelity windows every process appends to the run's fidelity.csv are followed in the rendering
+thread (wire.fidelity.FidelityTail: only new lines).
 
 Names are prefixed `starnet_` and in base units (bytes, seconds, bits per second, ratios); labels
 come from the topology — switch, port, peer, link ends, hosts, a suspect's target and fault, a timed

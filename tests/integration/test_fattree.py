@@ -40,7 +40,8 @@ def test_fattree4_every_host_reaches_every_other_and_its_metrics_stay_bounded(tm
                 return response.read().decode()
 
         def series() -> int:
-            return sum(len(f.samples) for f in text_string_to_metric_families(scrape()) if f.name.startswith("starnet_"))
+            families = text_string_to_metric_families(scrape())
+            return sum(len(f.samples) for f in families if f.name.startswith("starnet_"))
 
         with prometheus(url, tmp_path, tb.run_dir / "prometheus.log") as prom:
             flows(33000, 2)  # 32 flows
