@@ -1,7 +1,7 @@
 """Control-loop latency of the advice loop, stage by stage: a new demand appears → every affected host
 has applied its new rate.
 
-    sudo .venv/bin/python bench/advice_latency.py [--events 30] [--kind both|int|declared]
+    sudo .venv/bin/python bench/advice_latency.py [--events 30] [--kind both|int|declared] [--pages 5]
 
 On the default leaf-spine in mode advice, h1 sends UDP to h5 all along (so it holds the whole
 19 Mbit/s). Each event adds a second demand h2 → h5; it ends when both h1 (its share halves) and
@@ -19,7 +19,9 @@ second demand ends and the advice returns to one flow. Two kinds of event:
   do before they send. Stages: declaration sent → decision → received → applied → all applied.
 
 Goals (issue "Performance"): median <= 5 ms, p99 <= 10 ms end to end; declared demands p99 <= 5 ms.
-Printed with the fidelity verdict of the run.
+Printed with the fidelity verdict of the run and the controller's loop lag. --pages N keeps N live
+pages (controller/live.py) open in Debian's chromium all along, to measure what watching costs
+(issue "Live view": within 5% of none open).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import csv
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -42,6 +45,7 @@ from topologies import leafspine  # noqa: E402
 from wire import advice_pb2 as pb  # noqa: E402
 from wire import advice_pb2_grpc as pb_grpc  # noqa: E402
 from wire import runfiles  # noqa: E402
+from wire.fidelity import read_records  # noqa: E402
 from wire.stats import percentile  # noqa: E402
 
 SENDER = ROOT / "bench" / "flow_start.py"
@@ -156,10 +160,34 @@ def declared_event(tb: Testbed, stub: pb_grpc.AdviceStub, event: int) -> list[fl
             max(float(a2["applied"]), float(a1["applied"]))]
 
 
+@contextmanager
+def live_pages(url: str | None, pages: int) -> Iterator[None]:
+    """`pages` live pages open in Debian's chromium (Playwright) while the block runs."""
+    if pages <= 0:
+        yield
+        return
+    if url is None:
+        raise SystemExit("the controller serves no live page")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        for _ in range(pages):
+            page = browser.new_page()
+            page.goto(url)
+            page.wait_for_function("window.starnetLive && window.starnetLive.frames > 1", timeout=15000)
+        print(f"{pages} live pages open on {url}")
+        try:
+            yield
+        finally:
+            browser.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=30, help="events of each kind")
     parser.add_argument("--kind", choices=("both", "int", "declared"), default="both")
+    parser.add_argument("--pages", type=int, default=0, help="live pages open in chromium meanwhile (Playwright)")
     args = parser.parse_args()
     int_stages = Stages(["first datagram sent (h2)", "first reported packet leaves the source switch",
                          "... leaves the sink switch (report cloned)", "collector has the report",
@@ -167,7 +195,8 @@ def main() -> int:
                          "h1's and h2's rates both in force"])
     declared_stages = Stages(["DeclareDemand sent", "advisor decision", "h2's agent received the advice",
                               "h2's netlink call done", "h1's and h2's rates both in force"])
-    with Testbed(leafspine(), dataplane="soft", name="bench-advice-latency", mode="advice") as tb:
+    with Testbed(leafspine(), dataplane="soft", name="bench-advice-latency", mode="advice") as tb, \
+            live_pages(tb.live_url, args.pages):
         h1, h5 = tb.host("h1"), tb.host("h5")
         kinds = ["int", "declared"] if args.kind == "both" else [args.kind]
         seconds = 6 + args.events * 3 * len(kinds)
@@ -189,11 +218,15 @@ def main() -> int:
                 wait_for(lambda s=last: applied_after(tb.run_dir, "h1", h5.IP(), s, lambda r: r > 15e6), 6)
         channel.close()
         verdict = tb.verdict(t0, tb.now())
+        lags = [r.max_late_ms for r in read_records(tb.fidelity_path)
+                if r.source == "controller" and r.kind == "loop" and t0 <= r.start]
     print()
     if int_stages.events:
         print(int_stages.table("INT-detected flows", GOAL_MEDIAN_MS, GOAL_P99_MS))
     if declared_stages.events:
         print(declared_stages.table("declared demands", GOAL_MEDIAN_MS, GOAL_DECLARED_P99_MS))
+    print(f"controller loop lag per 100 ms window ({args.pages} live pages open): median "
+          f"{statistics.median(lags):.2f} ms, p99 {percentile(lags, 99):.2f} ms over {len(lags)} windows")
     print(f"fidelity: {verdict.line()}")
     return 0 if int_stages.events or declared_stages.events else 1
 
