@@ -207,9 +207,11 @@ def test_a_cut_link_and_an_injected_loss_show_as_the_cli_diagnoses_them(fabric, 
 
 
 def busiest_uplink(page) -> str | None:
-    """The spine s3 sends most to, as the page's last frame has it (None below 30% utilisation)."""
-    ports = page.evaluate("window.starnetLive.last.ports")
-    util = {peer: u for sw, _, peer, u, *_ in ports if sw == "s3" and peer in ("s1", "s2")}
+    """The spine s3 sends most to, as the page's last frame has it (None below 30% utilisation);
+    only ports INT reported within STALE_S count (an earlier test's flow left its last reading)."""
+    frame = page.evaluate("window.starnetLive.last")
+    util = {peer: u for sw, _, peer, u, _, _, seen in frame["ports"]
+            if sw == "s3" and peer in ("s1", "s2") and seen is not None and frame["t"] - seen < STALE_S}
     best = max(util, key=util.__getitem__, default=None)
     return best if best is not None and util[best] > 0.3 else None
 
