@@ -58,6 +58,13 @@ def machine_busy_s() -> float:
     return (sum(values[:8]) - values[3] - values[4]) / HZ
 
 
+def process_cpu(pid: int) -> tuple[str, float]:
+    """(command name, CPU seconds used: user + system) of one process; OSError once it is gone."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text.rsplit(")", 1)[1].split()
+    return text[text.find("(") + 1:text.rfind(")")], (int(fields[11]) + int(fields[12])) / HZ
+
+
 def all_processes_cpu() -> dict[int, tuple[str, float]]:
     """Every process on the machine: pid -> (command name, CPU seconds used)."""
     out = {}
@@ -65,12 +72,9 @@ def all_processes_cpu() -> dict[int, tuple[str, float]]:
         if not entry.isdigit():
             continue
         try:
-            text = Path(f"/proc/{entry}/stat").read_text()
+            out[int(entry)] = process_cpu(int(entry))
         except OSError:
             continue
-        name = text[text.find("(") + 1:text.rfind(")")]
-        fields = text.rsplit(")", 1)[1].split()
-        out[int(entry)] = (name, (int(fields[11]) + int(fields[12])) / HZ)
     return out
 
 

@@ -17,6 +17,7 @@ import pytest
 from controller.live import STALE_S, LiveServer, following
 from controller.localizer import Suspect
 from controller.replay import Replay
+from emulation.cpuuse import process_cpu
 from emulation.faults import Fault, inject
 from emulation.net import Testbed
 from emulation.traffic import iperf3_tcp, start_iperf3_server
@@ -95,8 +96,7 @@ def fabric():
 
 
 def controller_cpu_s(tb: Testbed) -> float:
-    fields = Path(f"/proc/{tb.controller.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, clock ticks of 10 ms
+    return process_cpu(tb.controller.pid)[1]
 
 
 @pytest.mark.root
