@@ -29,7 +29,8 @@ from lab.failover import cut_during_ring  # noqa: E402
 from topologies import leafspine  # noqa: E402
 
 CASES = {"local": (("h2", "h5"), None), "remote": (("h6", "h1"), "s3")}
-STEPS = [("detected_ms", "detected by the controller", None), ("routes_ms", "routes written", None),
+STEPS = [("carrier_ms", "carrier gone (kernel)", None), ("detected_ms", "detected by the controller", None),
+         ("routes_ms", "routes written", None),
          ("advice_ms", "advice updated", 500.0), ("gap_ms", "longest gap in the flow", 100.0),
          ("back_ms", "restore -> back in service", None)]
 PORT_BASE = 23000
@@ -53,8 +54,9 @@ def main() -> int:
                 flow, cut_end = CASES[case]
                 f = cut_during_ring(tb, flow, cut_end, PORT_BASE + 100 * (i % 20), quiet=True)
                 results[case].append(f)
-                print(f"{case:6} run {i + 1}: {f['link']} cut; detected {f['detected_ms']:.1f} ms, routes "
-                      f"{f['routes_ms']:.1f} ms ({f['route_updates']} updates), advice {f['advice_ms']:.1f} ms, "
+                print(f"{case:6} run {i + 1}: {f['link']} cut; carrier gone {f['carrier_ms']:.1f} ms, "
+                      f"detected {f['detected_ms']:.1f} ms, routes {f['routes_ms']:.1f} ms ({f['route_updates']} "
+                      f"updates), advice {f['advice_ms']:.1f} ms, "
                       f"gap {f['gap_ms']:.0f} ms, back {f['back_ms']:.0f} ms; busbw {f['busbw_mbps']:.2f} Mbit/s, "
                       f"{f['wrong']} wrong; {f['verdict'].line()}", flush=True)
         out = tb.run_dir / "failover.json"

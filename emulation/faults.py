@@ -1,7 +1,7 @@
 """Faults injected into a running testbed, through one typed interface.
 
 A `Fault` says what breaks, where and how much; `inject(tb, fault)` applies it through the channel
-its kind needs — Mininet for a link's carrier (link_down, link_up, flap: both ends, a cut cable), the
+its kind needs — netlink for a link's carrier (link_down, link_up, flap: both ends, a cut cable), the
 controller's API for loss (it writes the receiving switch's fault_inject, so its probes see it too),
 the switch's faults file for rate and a switch's delay, the host's faults file for a host's delay —
 says when it began, and adds it to the run's faults.csv. Scenarios (lab/scenario.py), the
@@ -60,6 +60,13 @@ class Fault:
 class Injected:
     began: float  # wall time the first change began (the onset)
     settled: float  # wall time the last change began (a flap's last return; `began` for one change)
+    carrier: float | None = None  # link_down, link_up: wall time the kernel had changed the carrier by
+
+    @property
+    def in_effect(self) -> float:
+        """Wall time the fault was in place by: the carrier's change for a link (the kernel can take
+        hundreds of ms to close an interface on a busy machine), else its onset."""
+        return self.began if self.carrier is None else self.carrier
 
 
 def inject(tb: Testbed, fault: Fault) -> Injected:
@@ -75,8 +82,8 @@ def inject(tb: Testbed, fault: Fault) -> Injected:
 def _apply(tb: Testbed, fault: Fault) -> Injected:
     a, b = fault.link
     if fault.kind in ("link_down", "link_up"):
-        at = tb.set_link(a, b, up=fault.kind == "link_up")
-        return Injected(at, at)
+        at, carrier = tb.set_link(a, b, up=fault.kind == "link_up")
+        return Injected(at, at, carrier)
     if fault.kind == "flap":
         began = tb.now()
         ups = _flap(tb, a, b, fault.count, fault.period_s)
@@ -104,7 +111,7 @@ def _flap(tb: Testbed, a: str, b: str, count: int, period_s: float) -> list[floa
     for i in range(count):
         tb.set_link(a, b, up=False)
         time.sleep(max(0.0, start + (i + 0.5) * period_s - time.monotonic()))
-        ups.append(tb.set_link(a, b, up=True))
+        ups.append(tb.set_link(a, b, up=True)[0])
         time.sleep(max(0.0, start + (i + 1) * period_s - time.monotonic()))
     return ups
 

@@ -98,7 +98,8 @@ def cut_during_ring(tb: Testbed, flow: tuple[str, str], cut_end: str | None, por
     assert down is not None  # waited for above
     detected = float(down["detected_wall"]) - cut.at
     figures = {"link": cut.link, "spine": cut.spine, "wrong": result.wrong, "busbw_mbps": result.busbw_gbs * 8e3,
-               "detected_ms": detected * 1e3, "routes_ms": detected * 1e3 + float(down["routes_written_ms"]),
+               "carrier_ms": (cut.carrier - cut.at) * 1e3, "detected_ms": detected * 1e3,
+               "routes_ms": detected * 1e3 + float(down["routes_written_ms"]),
                "route_updates": int(down["route_updates"]),
                "advice_ms": detected * 1e3 + float(down["advice_decided_ms"] or "nan"),
                "gap_ms": longest_gap(tcp_log, cut.at - 0.2, cut.at + 1.0) * 1e3, "seen": cut.seen,
@@ -117,6 +118,7 @@ class _Cut:
     link: str
     spine: str
     at: float  # wall time the cut began
+    carrier: float  # wall time the kernel had taken the carrier away by
     seen: object  # when_seen()'s result
     restored: float | None  # wall time the link was brought back (None: left down)
 
@@ -132,7 +134,8 @@ def _cut(tb: Testbed, flow: tuple[str, str], cut_end: str | None, ports: range, 
     assert spine is not None
     leaf = cut_end or tb.topo.neighbours(flow[0])[0][0]
     time.sleep(1.0)  # mid-run
-    at = inject(tb, Fault("link_down", (leaf, spine))).began
+    cut = inject(tb, Fault("link_down", (leaf, spine)))
+    at = cut.began
     link = "-".join(sorted((leaf, spine)))
     if not wait_until(lambda: timeline_row(tb, link, "down", at) is not None, 3.0):
         raise FailoverError(f"the controller never saw {link} down")
@@ -145,12 +148,13 @@ def _cut(tb: Testbed, flow: tuple[str, str], cut_end: str | None, ports: range, 
         restored = back = inject(tb, Fault("link_up", (leaf, spine))).began
         if not wait_until(lambda: timeline_row(tb, link, "up", back) is not None, 5.0):
             raise FailoverError(f"{link} never returned to service")
-    return _Cut(link, spine, at, seen, restored)
+    return _Cut(link, spine, at, cut.in_effect, seen, restored)
 
 
 def _print_timeline(figures: dict, flow: tuple[str, str], restored: bool) -> None:
     print(f"\n  timeline of {figures['link']} (ring h1 h2 h5 h6, {flow[0]} -> {flow[1]} crossed {figures['spine']}):"
           f"\n  {'fault (link cut)':36} 0.0 ms"
+          f"\n  {'carrier gone (port closed by kernel)':36} {figures['carrier_ms']:.1f} ms"
           f"\n  {'detected by the controller':36} {figures['detected_ms']:.1f} ms"
           f"\n  {'routes written (' + str(figures['route_updates']) + ' updates)':36} {figures['routes_ms']:.1f} ms"
           f"\n  {'advice re-planned':36} {figures['advice_ms']:.1f} ms"

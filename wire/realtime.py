@@ -1,5 +1,7 @@
 """Real-time scheduling for switch processes, and the watchdog that keeps a runaway from freezing the machine.
 
+- ``this_thread_at(priority)`` runs a block of the calling thread at real-time priority (a fault's
+  actuation, emulation/net.py's set_link), then restores its policy.
 - ``promote(pid, priority)`` puts every thread of a switch process under SCHED_FIFO at `priority`
   (threads it starts later inherit it). The testbed does it once a switch is ready
   (emulation/switchproc.py) and starts the watchdog over them (emulation/rtwatch.py).
@@ -24,6 +26,8 @@ on this machine, and with the four switches at SCHED_FIFO 20 97-99%.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 DEFAULT_PRIORITY = 20  # SCHED_FIFO 1-99; below the kernel's threaded IRQs' 50, which it must not starve
@@ -64,6 +68,26 @@ def promote(pid: int, priority: int = DEFAULT_PRIORITY) -> int:
             raise RealtimeError(f"pid {pid}: cannot set SCHED_FIFO {priority}: {exc}"
                                 + (" (needs root)" if exc.errno == 1 else "")) from None
     return len(tids)
+
+
+@contextmanager
+def this_thread_at(priority: int) -> Iterator[bool]:
+    """The calling thread at SCHED_FIFO `priority` for the block (True), then back to the policy
+    it had; False, and nothing changed, where it may not (not root; priority 0: stay as it is).
+    For short actuation that belongs to the emulated physics, such as a cable cut: at normal
+    priority it waits behind the real-time switches (0.2-0.7 s seen beside a running ring)."""
+    before, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        if not priority:
+            raise PermissionError("normal scheduling asked for")
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except OSError:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.sched_setscheduler(0, before, param)
 
 
 def demote(pid: int) -> int:

@@ -31,9 +31,11 @@ from workloads.fabric import FabricView
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 
-DETECT_MAX_S = 0.5  # fault → detected (carrier: a few ms; margin for a busy machine)
+# From the carrier's loss, not the cut's onset: closing a port is kernel work a busy machine
+# delays (5 ms quiet; 0.2-1 s beside a running ring), printed as "carrier gone" in the timeline.
+DETECT_MAX_S = 0.5  # carrier lost → detected (netlink: a few ms; margin for a busy machine)
 PROBE_DETECT_MAX_S = 2.0  # a lossy direction → detected by probes (4 periods of 50 ms, and margin)
-ADVICE_MAX_S = 0.5  # fault → advice re-planned
+ADVICE_MAX_S = 0.5  # carrier lost → advice re-planned
 PORT_BASE = 21000
 
 
@@ -46,9 +48,9 @@ def fabric():
 def test_ring_allreduce_survives_a_spine_uplink_cut_and_the_link_returns(fabric):
     figures = cut_during_ring(fabric, ("h2", "h5"), None, PORT_BASE)
     assert figures["wrong"] == 0
-    assert 0 <= figures["detected_ms"] <= DETECT_MAX_S * 1e3, figures
+    assert 0 <= figures["detected_ms"] and figures["detected_ms"] - figures["carrier_ms"] <= DETECT_MAX_S * 1e3, figures
     assert figures["route_updates"] > 0
-    assert figures["advice_ms"] <= ADVICE_MAX_S * 1e3, figures
+    assert figures["advice_ms"] - figures["carrier_ms"] <= ADVICE_MAX_S * 1e3, figures
     assert figures["back_ms"] >= 500, figures  # not before the hold-down
 
 
@@ -58,8 +60,8 @@ def test_a_cut_only_a_remote_switch_can_route_around_is_repaired_by_the_controll
     figures = cut_during_ring(fabric, ("h6", "h1"), "s3", PORT_BASE + 100,
                               when_seen=lambda: routes_read_back(fabric, "s4"))
     assert figures["wrong"] == 0
-    assert 0 <= figures["detected_ms"] <= DETECT_MAX_S * 1e3, figures
-    assert figures["advice_ms"] <= ADVICE_MAX_S * 1e3, figures
+    assert 0 <= figures["detected_ms"] and figures["detected_ms"] - figures["carrier_ms"] <= DETECT_MAX_S * 1e3, figures
+    assert figures["advice_ms"] - figures["carrier_ms"] <= ADVICE_MAX_S * 1e3, figures
     spine_port = fabric.topo.find_link("s4", figures["spine"]).port_of("s4")
     to_h1 = figures["seen"][fabric.host("h1").IP()]  # s4's route to h1 (a /32) once the cut was seen
     assert to_h1 and spine_port not in to_h1, (spine_port, to_h1)

@@ -42,9 +42,10 @@ class FakeTestbed:
         self.clock += 1
         return self.clock
 
-    def set_link(self, a: str, b: str, up: bool) -> float:
+    def set_link(self, a: str, b: str, up: bool) -> tuple[float, float]:
         self.calls.append(("link", a, b, up))
-        return self.now()
+        began = self.now()
+        return began, began + 0.5
 
 
 @pytest.fixture
@@ -67,6 +68,7 @@ def test_each_kind_goes_through_its_channel(tb: FakeTestbed, fault: Fault, call:
     injected = inject(tb, fault)  # type: ignore[arg-type]
     assert tb.calls == [call]
     assert injected.began == injected.settled == 101.0
+    assert injected.in_effect == (101.5 if fault.kind.startswith("link") else 101.0)  # a carrier: when it changed
 
 
 def test_a_switch_keeps_its_other_faults_and_a_rate_of_zero_restores_the_port(tb: FakeTestbed) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -49,6 +50,26 @@ def test_promote_sets_fifo_on_every_thread_and_demote_takes_it_back():
 def test_a_bad_priority_is_refused():
     with pytest.raises(realtime.RealtimeError, match="1..99"):
         realtime.promote(os.getpid(), 0)
+
+
+def test_a_block_runs_at_real_time_priority_in_its_own_thread_only_and_the_policy_comes_back():
+    """A cable cut's actuation (emulation/net.py set_link) runs with the switches, not behind them."""
+    seen: list = []
+
+    def other_thread() -> None:
+        seen.append(os.sched_getscheduler(0))
+
+    with realtime.this_thread_at(realtime.DEFAULT_PRIORITY) as raised:
+        assert raised
+        assert os.sched_getscheduler(0) == os.SCHED_FIFO
+        assert os.sched_getparam(0).sched_priority == realtime.DEFAULT_PRIORITY
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    assert seen == [os.SCHED_FIFO]  # a thread started inside inherits it, as the kernel does
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+    with realtime.this_thread_at(0) as raised:  # 0: the testbed runs without real time
+        assert not raised and os.sched_getscheduler(0) == os.SCHED_OTHER
 
 
 def test_the_watchdog_demotes_a_spinning_process_and_leaves_a_sleeping_one(tmp_path):
