@@ -32,6 +32,7 @@ CASES = {"local": (("h2", "h5"), None), "remote": (("h6", "h1"), "s3")}
 STEPS = [("carrier_ms", "carrier gone (kernel)", None), ("detected_ms", "detected by the controller", None),
          ("routes_ms", "routes written", None),
          ("advice_ms", "advice updated", 500.0), ("gap_ms", "longest gap in the flow", 100.0),
+         ("blind_ms", "sampler's longest silence", None),
          ("back_ms", "restore -> back in service", None)]
 PORT_BASE = 23000
 
@@ -52,12 +53,14 @@ def main() -> int:
         for i in range(args.runs):
             for case in cases:
                 flow, cut_end = CASES[case]
-                f = cut_during_ring(tb, flow, cut_end, PORT_BASE + 100 * (i % 20), quiet=True)
+                slot = (i * len(cases) + cases.index(case)) % 20  # a range of its own: spine_of tells jobs by ports
+                f = cut_during_ring(tb, flow, cut_end, PORT_BASE + 100 * slot, quiet=True)
                 results[case].append(f)
                 print(f"{case:6} run {i + 1}: {f['link']} cut; carrier gone {f['carrier_ms']:.1f} ms, "
                       f"detected {f['detected_ms']:.1f} ms, routes {f['routes_ms']:.1f} ms ({f['route_updates']} "
                       f"updates), advice {f['advice_ms']:.1f} ms, "
-                      f"gap {f['gap_ms']:.0f} ms, back {f['back_ms']:.0f} ms; busbw {f['busbw_mbps']:.2f} Mbit/s, "
+                      f"gap {f['gap_ms']:.0f} ms (sampler silent {f['blind_ms']:.0f}), back {f['back_ms']:.0f} ms; "
+                      f"busbw {f['busbw_mbps']:.2f} Mbit/s, "
                       f"{f['wrong']} wrong; {f['verdict'].line()}", flush=True)
         out = tb.run_dir / "failover.json"
         out.write_text(json.dumps({c: [{k: v for k, v in f.items() if k not in ("verdict", "seen")}

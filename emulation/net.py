@@ -336,6 +336,19 @@ class Testbed:
         """Wall-clock time, the clock of every run record (fidelity.csv, telemetry.csv, host agents)."""
         return time.time()
 
+    def start_sampler(self, label: str, argv: list[str], log: Path | None = None) -> subprocess.Popen:
+        """A measuring process in the root namespace (lab/tcpstate.py's TCP state sampler), at the
+        control plane's real-time priority so it samples on time beside the switches: at normal
+        priority its 10 ms samples stopped for 120 ms beside a running ring, and the measure read
+        that blindness as a stall of the flow it watched."""
+        proc = self.spawner.start(label, argv, log)
+        if self.realtime_priority:
+            try:
+                promote(proc.pid, max(1, self.realtime_priority - 1))
+            except RealtimeError as exc:
+                info(f"*** {label} stays at normal priority: {exc}\n")
+        return proc
+
     def verdict(self, t0: float, t1: float, switches: list[str] | None = None) -> fid.Verdict:
         """Fidelity of wall-clock [t0, t1) on `switches` (default: all), from fidelity.csv."""
         sampled = [name for name, sw in self.switches.items() if sw.kind != "soft"]

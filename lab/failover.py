@@ -22,6 +22,7 @@ from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView
 
 RING = ["h1", "h2", "h5", "h6"]
+FLOWING_BYTES = 256 << 10  # acknowledged to the flow's destination before the cut: its data is flowing
 
 
 class FailoverError(RuntimeError):
@@ -39,21 +40,26 @@ def spine_of(tb: Testbed, src: str, dst: str, ports: range | None = None) -> str
     return None
 
 
-def longest_gap(path: Path, t0: float, t1: float) -> float:
+def longest_gap(path: Path, t0: float, t1: float) -> tuple[float, float]:
     """The longest time in [t0, t1] the sender's busiest connection acknowledged no new bytes
-    (connections told apart by both ends: a rank's accepted ones share its listening port)."""
+    (connections told apart by both ends: a rank's accepted ones share its listening port), and
+    the longest time in it without a sample at all (the sampler's blindness bounds what the gap
+    can resolve: a gap no longer than it may be the sampler's, not the flow's)."""
     rows: dict[tuple[str, str, str], list[tuple[float, int]]] = {}
     with open(path) as f:
         for r in csv.DictReader(f):
             rows.setdefault((r["sport"], r["dst"], r["dport"]), []).append((float(r["time"]), int(r["bytes_acked"])))
     busiest = max(rows.values(), key=lambda v: v[-1][1] - v[0][1])
-    gap, last_t, last_b = 0.0, None, None
+    gap, blind, last_t, last_b, prev_t = 0.0, 0.0, None, None, None
     for t, b in busiest:
+        if prev_t is not None and t0 <= t and prev_t <= t1:
+            blind = max(blind, t - prev_t)
+        prev_t = t
         if last_b is None or b > last_b:
             if last_t is not None and t0 <= t and last_t <= t1:
                 gap = max(gap, t - last_t)
             last_t, last_b = t, b
-    return gap
+    return gap, blind
 
 
 def timeline_row(tb: Testbed, link: str, state: str, after: float = 0.0) -> dict | None:
@@ -83,11 +89,11 @@ def cut_during_ring(tb: Testbed, flow: tuple[str, str], cut_end: str | None, por
     tcp_log = tb.run_dir / f"tcp-failover-{sender}-{port_base}.csv"
     netns = f"/proc/{tb.host(sender).pid}/ns/net"
     label = f"sampler-failover-{port_base}"
-    sampler = tb.spawner.start(label, [sys.executable, "-m", "lab.tcpstate", "--out", str(tcp_log), "--dports",
+    sampler = tb.start_sampler(label, [sys.executable, "-m", "lab.tcpstate", "--out", str(tcp_log), "--dports",
                                        f"{port_base}-{port_base + 99}", "--host", f"{sender}={netns}"])
     job.start()
     try:
-        cut = _cut(tb, flow, cut_end, range(port_base, port_base + 100), job, restore, when_seen)
+        cut = _cut(tb, flow, cut_end, range(port_base, port_base + 100), job, restore, when_seen, tcp_log)
     finally:
         job.join(120)
         tb.spawner.stop(label, sampler)
@@ -97,12 +103,13 @@ def cut_during_ring(tb: Testbed, flow: tuple[str, str], cut_end: str | None, por
     down = timeline_row(tb, cut.link, "down", cut.at)
     assert down is not None  # waited for above
     detected = float(down["detected_wall"]) - cut.at
+    gap, blind = longest_gap(tcp_log, cut.at - 0.2, cut.at + 1.0)
     figures = {"link": cut.link, "spine": cut.spine, "wrong": result.wrong, "busbw_mbps": result.busbw_gbs * 8e3,
                "carrier_ms": (cut.carrier - cut.at) * 1e3, "detected_ms": detected * 1e3,
                "routes_ms": detected * 1e3 + float(down["routes_written_ms"]),
                "route_updates": int(down["route_updates"]),
                "advice_ms": detected * 1e3 + float(down["advice_decided_ms"] or "nan"),
-               "gap_ms": longest_gap(tcp_log, cut.at - 0.2, cut.at + 1.0) * 1e3, "seen": cut.seen,
+               "gap_ms": gap * 1e3, "blind_ms": blind * 1e3, "seen": cut.seen,
                "verdict": tb.verdict(cut.at - 1.0, cut.at + 1.0)}
     if cut.restored is not None:
         up = timeline_row(tb, cut.link, "up", cut.restored)
@@ -123,17 +130,31 @@ class _Cut:
     restored: float | None  # wall time the link was brought back (None: left down)
 
 
+def acked_to(tcp_log: Path, dst: str) -> int:
+    """The most bytes a connection to `dst` has had acknowledged, from a sampler's file as it grows
+    (0 before its first complete row)."""
+    try:
+        with open(tcp_log) as f:
+            return max((int(r["bytes_acked"]) for r in csv.DictReader(f) if r["dst"] == dst), default=0)
+    except (OSError, ValueError, TypeError):  # not there yet, or a row half written
+        return 0
+
+
 def _cut(tb: Testbed, flow: tuple[str, str], cut_end: str | None, ports: range, job: threading.Thread,
-         restore: bool, when_seen: Callable[[], object] | None) -> _Cut:
-    """Once the flow shows in INT, mid-run, the link between its spine and `cut_end` (or its
-    sender's leaf) cut; waited for the controller to see it, the job to end and (restore) the
-    link to return to service."""
+         restore: bool, when_seen: Callable[[], object] | None, tcp_log: Path) -> _Cut:
+    """Once the flow shows in INT and carries data, mid-transfer, the link between its spine and
+    `cut_end` (or its sender's leaf) cut; waited for the controller to see it, the job to end and
+    (restore) the link to return to service."""
     if not wait_until(lambda: spine_of(tb, *flow, ports) is not None, 15.0):
         raise FailoverError(f"the {flow[0]} -> {flow[1]} flow never showed in INT")
     spine = spine_of(tb, *flow, ports)
     assert spine is not None
     leaf = cut_end or tb.topo.neighbours(flow[0])[0][0]
-    time.sleep(1.0)  # mid-run
+    # INT sees a rank's first handshake bytes; the data can follow a second later on a busy machine,
+    # and a cut before it would measure the job's start, not the repair.
+    if not wait_until(lambda: acked_to(tcp_log, tb.host(flow[1]).IP()) >= FLOWING_BYTES, 15.0):
+        raise FailoverError(f"the {flow[0]} -> {flow[1]} flow never carried {FLOWING_BYTES} bytes")
+    time.sleep(0.5)  # mid-transfer
     cut = inject(tb, Fault("link_down", (leaf, spine)))
     at = cut.began
     link = "-".join(sorted((leaf, spine)))
@@ -159,6 +180,7 @@ def _print_timeline(figures: dict, flow: tuple[str, str], restored: bool) -> Non
           f"\n  {'routes written (' + str(figures['route_updates']) + ' updates)':36} {figures['routes_ms']:.1f} ms"
           f"\n  {'advice re-planned':36} {figures['advice_ms']:.1f} ms"
           f"\n  {f'longest gap in {flow[0]} -> {flow[1]} (TCP acks)':36} {figures['gap_ms']:.0f} ms"
+          f" (the sampler's longest silence {figures['blind_ms']:.0f} ms)"
           + (f"\n  {'restored -> back in service':36} {figures['back_ms']:.0f} ms (hold-down 500 ms)"
              if restored else "")
           + f"\n  all-reduce: {figures['busbw_mbps']:.2f} Mbit/s busbw, {figures['wrong']} wrong"

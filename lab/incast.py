@@ -137,7 +137,7 @@ def run_incast(tb: Testbed, mode: str, tag: str = "", senders: tuple[str, ...] =
 def _start_tcp_sampler(tb: Testbed, senders: tuple[str, ...], tag: str) -> subprocess.Popen:
     """One sampler for every sender's namespace (lab/tcpstate.py), rows in tcp<tag>.csv."""
     hosts = [arg for s in senders for arg in ("--host", f"{s}=/proc/{tb.host(s).pid}/ns/net")]
-    return tb.spawner.start(f"sampler-tcp{tag}", [sys.executable, "-m", "lab.tcpstate", "--out",
+    return tb.start_sampler(f"sampler-tcp{tag}", [sys.executable, "-m", "lab.tcpstate", "--out",
                                                  str(tb.run_dir / f"tcp{tag}.csv"), "--dports",
                                                  f"{BASE_PORT}-{BASE_PORT + len(senders) - 1}", *hosts],
                             tb.run_dir / f"tcp{tag}.err")
