@@ -78,6 +78,20 @@ def all_processes_cpu() -> dict[int, tuple[str, float]]:
     return out
 
 
+def windows_ended(next_end: float, now: float) -> int:
+    """How many windows have ended by `now`, the first of them at `next_end` (at least 1: the
+    sampler wakes at an end). More than one when the sampler's thread was kept from running."""
+    return max(1, int((now - next_end) / WINDOW_S) + 1)
+
+
+def rows(used: dict[tuple[str, str], float], first: float, count: int) -> str:
+    """cpu.csv lines for CPU seconds `used` per (source, kind) over `count` windows from `first`,
+    spread evenly: a sampler that woke late cannot tell when in them the time was used, and put
+    into one window it read as more cores than the machine has (5.3 of 2, beside a ring)."""
+    return "".join(f"{first + i * WINDOW_S:.1f},{source},{kind},{seconds / count * 1e3:.1f}\n"
+                   for i in range(count) for (source, kind), seconds in used.items() if seconds > 0)
+
+
 class CpuSampler:
     """Appends cpu.csv for `run_dir` every window from a daemon thread until stop()."""
 
@@ -125,8 +139,9 @@ class CpuSampler:
         next_at = (int(time.time() / WINDOW_S) + 1) * WINDOW_S
         with self.path.open("a") as out:
             while not self._stop.wait(max(0.0, next_at - time.time())):
-                window = next_at - WINDOW_S
-                next_at += WINDOW_S
+                first = next_at - WINDOW_S  # the oldest window not written yet
+                ended = windows_ended(next_at, time.time())
+                next_at += ended * WINDOW_S
                 if time.monotonic() - self._pids_read >= REFRESH_PIDS_S:
                     self._refresh_pids()
                     self._pids_read = time.monotonic()
@@ -142,8 +157,7 @@ class CpuSampler:
                 machine = machine_busy_s()
                 used[("machine", "machine")] = machine - last_machine
                 last_machine = machine
-                out.write("".join(f"{window:.1f},{source},{kind},{seconds * 1e3:.1f}\n"
-                                  for (source, kind), seconds in used.items() if seconds > 0))
+                out.write(rows(used, first, ended))
                 out.flush()
 
     def top_others(self, count: int = 3) -> list[tuple[str, int, float]]:

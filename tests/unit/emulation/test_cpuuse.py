@@ -66,3 +66,15 @@ def test_the_sampler_writes_the_windows_of_a_busy_recorded_process(tmp_path):
     # /proc ticks are 10 ms; the last ones may fall after the sampler's last look at the living child
     assert used.by_kind.get("workloads", 0.0) == pytest.approx(spent, abs=0.15 + 0.2 * spent), used.line()
     assert used.machine >= used.by_kind["workloads"] * 0.9, used.line()
+
+
+def test_a_sampler_that_woke_late_spreads_the_time_over_the_windows_it_missed() -> None:
+    """Kept from running for 250 ms past a window's end, the sampler writes the CPU it finds over
+    the three windows that ended, never a window with more CPU than the machine has."""
+    assert cpuuse.windows_ended(10.0, 10.001) == 1
+    assert cpuuse.windows_ended(10.0, 10.25) == 3
+    assert cpuuse.windows_ended(10.0, 9.999) == 1
+    lines = cpuuse.rows({("s1", "switch"): 0.45, ("machine", "machine"): 0.6, ("h1", "agents"): 0.0}, 9.9, 3)
+    assert lines.splitlines() == ["9.9,s1,switch,150.0", "9.9,machine,machine,200.0",
+                                  "10.0,s1,switch,150.0", "10.0,machine,machine,200.0",
+                                  "10.1,s1,switch,150.0", "10.1,machine,machine,200.0"]
