@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,34 @@ CONTROLLER_READY_S = 60.0
 
 class TestbedError(RuntimeError):
     pass
+
+
+def set_ports(names: list[str], state: str, priority: int, clock: Callable[[], float]) -> list[float]:
+    """Interfaces of the root namespace up or down through netlink, from a thread of its own at
+    real-time `priority` (0: normal): no shell in between, whose fork and exec a busy machine
+    stalls, and not behind the real-time switches, which kept the kernel's work of closing a port
+    waiting 0.1–0.7 s at normal priority beside a running ring. A thread of its own also because
+    pyroute2's IPRoute will not start where an asyncio loop runs (Playwright's, in the tests).
+    Returns clock() after each interface changed."""
+    done: list[float] = []
+    failed: list[BaseException] = []
+
+    def change() -> None:
+        try:
+            with this_thread_at(priority), IPRoute() as ipr:
+                for name in names:
+                    ipr.link("set", ifname=name, state=state)
+                    done.append(clock())
+        except Exception as exc:  # noqa: BLE001 - raised in the caller's thread below
+            failed.append(exc)
+
+    with this_thread_at(priority):  # started at it too: a thread at normal priority waits to be run
+        worker = threading.Thread(target=change, name="set-ports")
+        worker.start()
+        worker.join()
+    if failed:
+        raise TestbedError(f"setting {', '.join(names)} {state}: {failed[0]}") from failed[0]
+    return done
 
 
 def resolve_dataplane(dataplane: str) -> str:
@@ -368,21 +398,18 @@ class Testbed:
         """Take the link a–b down (both ends, as a cut cable) or up again. Returns two wall times:
         when the change began (its onset) and when the kernel had changed the link's carrier (down:
         the first end closed, its peer's carrier gone; up: both ends open). The change runs at the
-        switches' real-time priority: at normal priority the kernel's work of closing a port waited
-        0.2–1 s behind them beside a running ring (5 ms on a quiet machine)."""
+        switches' real-time priority (set_ports): at normal priority the kernel's work of closing a
+        port waited 0.1–0.7 s behind them beside a running ring (5 ms on a quiet machine)."""
         assert self.net is not None
         self.topo.find_link(a, b)  # TopologyError naming both ends when there is no such link
         state = "up" if up else "down"
         ends = [intf for pair in self.net[a].connectionsTo(self.net[b]) for intf in pair]
-        ends.sort(key=lambda intf: bool(intf.node.inNamespace))  # root namespace first: one netlink call
-        done = []
-        with IPRoute() as ipr, this_thread_at(self.realtime_priority):  # with the switches, not behind them
-            began = self.now()
-            for intf in ends:
-                if intf.node.inNamespace:  # a host's end: through its shell, as Mininet's configLinkStatus
-                    intf.ifconfig(state)
-                else:  # a switch's port: no shell in between, whose fork+exec a busy machine stalls
-                    ipr.link("set", ifname=intf.name, state=state)
+        ports = [intf.name for intf in ends if not intf.node.inNamespace]  # a switch's end: root namespace
+        began = self.now()
+        done = set_ports(ports, state, self.realtime_priority, self.now)
+        for intf in ends:
+            if intf.node.inNamespace:  # a host's end, after the switch's: through its shell, as Mininet does
+                intf.ifconfig(state)
                 done.append(self.now())
         return began, (done[-1] if up else done[0])
 
