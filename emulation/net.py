@@ -59,7 +59,7 @@ def set_ports(names: list[str], state: str, priority: int, clock: Callable[[], f
 
     def change() -> None:
         try:
-            with this_thread_at(priority), IPRoute() as ipr:
+            with IPRoute() as ipr:  # at `priority`: a thread inherits its creator's policy
                 for name in names:
                     ipr.link("set", ifname=name, state=state)
                     done.append(clock())
@@ -245,12 +245,8 @@ class Testbed:
                    **{name: (proc.pid, self.run_dir / runfiles.HOSTAGENTS / f"{name}.log")
                       for name, proc in self.agents.items()}}
         for name, (pid, _) in control.items():
-            try:
-                promote(pid, max(1, self.realtime_priority - 1))
-            except RealtimeError as exc:
-                info(f"*** {name} stays at normal priority: {exc}\n")
-                continue
-            watched[name] = control[name]
+            if self._to_control_priority(name, pid):
+                watched[name] = control[name]
         log_path = self.run_dir / runfiles.RTWATCH_LOG
         rtwatch = self.rtwatch = self.spawner.start(
             "rtwatch", [sys.executable, "-m", "emulation.rtwatch",
@@ -373,11 +369,18 @@ class Testbed:
         that blindness as a stall of the flow it watched."""
         proc = self.spawner.start(label, argv, log)
         if self.realtime_priority:
-            try:
-                promote(proc.pid, max(1, self.realtime_priority - 1))
-            except RealtimeError as exc:
-                info(f"*** {label} stays at normal priority: {exc}\n")
+            self._to_control_priority(label, proc.pid)
         return proc
+
+    def _to_control_priority(self, label: str, pid: int) -> bool:
+        """`pid` at SCHED_FIFO one below the switches (the control plane's priority); False, said on
+        the console, where it may not be."""
+        try:
+            promote(pid, max(1, self.realtime_priority - 1))
+        except RealtimeError as exc:
+            info(f"*** {label} stays at normal priority: {exc}\n")
+            return False
+        return True
 
     def verdict(self, t0: float, t1: float, switches: list[str] | None = None) -> fid.Verdict:
         """Fidelity of wall-clock [t0, t1) on `switches` (default: all), from fidelity.csv."""

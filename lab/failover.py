@@ -18,6 +18,7 @@ from emulation.faults import Fault, inject
 from emulation.net import Testbed
 from emulation.waiting import wait_until
 from wire.adviceclient import get_state
+from wire.runfiles import LineTail
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView
 
@@ -130,14 +131,29 @@ class _Cut:
     restored: float | None  # wall time the link was brought back (None: left down)
 
 
-def acked_to(tcp_log: Path, dst: str) -> int:
-    """The most bytes a connection to `dst` has had acknowledged, from a sampler's file as it grows
-    (0 before its first complete row)."""
-    try:
-        with open(tcp_log) as f:
-            return max((int(r["bytes_acked"]) for r in csv.DictReader(f) if r["dst"] == dst), default=0)
-    except (OSError, ValueError, TypeError):  # not there yet, or a row half written
-        return 0
+class AckedTo:
+    """The most bytes a connection to `dst` has had acknowledged, from a TCP sampler's file as it
+    grows (lab/tcpstate.py's columns): each call reads only the lines written since the last one
+    (0 before the first complete row)."""
+
+    def __init__(self, tcp_log: Path, dst: str) -> None:
+        self.tail = LineTail(tcp_log)
+        self.dst = dst
+        self.columns: tuple[int, int] | None = None  # dst's and bytes_acked's, from the header
+        self.most = 0
+
+    def __call__(self) -> int:
+        for fields in self.tail.poll(lambda fields: fields):
+            if self.columns is None:
+                self.columns = (fields.index("dst"), fields.index("bytes_acked"))
+                continue
+            dst, acked = self.columns
+            try:
+                if fields[dst] == self.dst:
+                    self.most = max(self.most, int(fields[acked]))
+            except (IndexError, ValueError):  # a row of another shape: not one of this flow's samples
+                continue
+        return self.most
 
 
 def _cut(tb: Testbed, flow: tuple[str, str], cut_end: str | None, ports: range, job: threading.Thread,
@@ -152,7 +168,8 @@ def _cut(tb: Testbed, flow: tuple[str, str], cut_end: str | None, ports: range, 
     leaf = cut_end or tb.topo.neighbours(flow[0])[0][0]
     # INT sees a rank's first handshake bytes; the data can follow a second later on a busy machine,
     # and a cut before it would measure the job's start, not the repair.
-    if not wait_until(lambda: acked_to(tcp_log, tb.host(flow[1]).IP()) >= FLOWING_BYTES, 15.0):
+    acked = AckedTo(tcp_log, tb.host(flow[1]).IP())
+    if not wait_until(lambda: acked() >= FLOWING_BYTES, 15.0):
         raise FailoverError(f"the {flow[0]} -> {flow[1]} flow never carried {FLOWING_BYTES} bytes")
     time.sleep(0.5)  # mid-transfer
     cut = inject(tb, Fault("link_down", (leaf, spine)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from lab.failover import longest_gap
+from lab.failover import AckedTo, longest_gap
 
 FIELDS = ["time", "sport", "dst", "dport", "bytes_acked"]
 
@@ -30,3 +30,18 @@ def test_the_gap_is_the_busiest_connections_and_a_silent_sampler_is_told_apart(t
     assert round(gap, 3) == 0.12 and round(blind, 3) == 0.12
     gap, blind = longest_gap(write(tmp_path / "t2.csv", busy[:5]), 0.0, 1.0)
     assert round(gap, 3) == 0.03 and round(blind, 3) == 0.01
+
+
+def test_acked_to_follows_the_growing_file_and_counts_only_its_destination(tmp_path: Path) -> None:
+    path = tmp_path / "tcp.csv"
+    acked = AckedTo(path, "10.0.3.1")
+    assert acked() == 0  # no file yet
+    write(path, [(0.0, "1", 100), (0.01, "1", 5000)])
+    assert acked() == 5000
+    with path.open("a") as f:
+        f.write("0.02,5000,10.0.9.9,1,999999\n")  # another destination
+        f.write("0.03,5000,10.0.3.1,1,70")  # still being written: waits for its end of line
+    assert acked() == 5000
+    with path.open("a") as f:
+        f.write("00\n")
+    assert acked() == 7000
