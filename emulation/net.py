@@ -23,14 +23,25 @@ from pyroute2 import IPRoute
 
 from emulation import cpuuse
 from emulation import fidelity as fid
-from emulation.nodes import NodeClasses, P4Switch, StarHost, bmv2_missing, intf_name, log_tail, mininet_port
+from emulation.nodes import (
+    NodeClasses,
+    NodeSetupError,
+    NvLinkBridge,
+    P4Switch,
+    StarHost,
+    bmv2_missing,
+    intf_name,
+    log_tail,
+    mininet_port,
+    nvlink_intf,
+)
 from emulation.ports import free_ports
 from emulation.rundir import clean_run, new_run_dir, record_interfaces, record_pid
 from emulation.spawn import LocalSpawner, Spawner
 from emulation.switchproc import BMV2_P4INFO, compile_p4
 from emulation.waiting import wait_until
 from hostagent.tcpsettings import TcpSettingsError, allow_in_root_namespace, restore_allowed
-from topologies.addressing import AddressPlan
+from topologies.addressing import NVLINK_PREFIX, AddressPlan
 from topologies.spec import Topology
 from wire import advice_pb2 as pb
 from wire import advice_pb2_grpc as pb_grpc
@@ -126,6 +137,7 @@ class Testbed:
         self.net: Mininet | None = None
         self.controller: subprocess.Popen | None = None
         self.switches: dict[str, P4Switch] = {}
+        self.nvlinks: dict[str, NvLinkBridge] = {}  # server → its NVLink stand-in
         self._schemas: dict[Path, P4Schema] = {}  # P4Info file -> its schema (schema_of)
         self._allowed_cc_before: str | None = None  # the root namespace's list, if this testbed changed it
         self.cpu: cpuuse.CpuSampler | None = None  # cpu.csv: where the CPU goes, per window
@@ -166,6 +178,7 @@ class Testbed:
             host.setup_fabric(address.ip, address.gateway_ip, address.gateway_mac)
         for sw in net.switches:
             record_pid(self.run_dir, f"shell-{sw.name}", sw.pid)
+        self._start_nvlinks()
         info(f"*** Starting {len(self.switches)} {self.dataplane} switches\n")
         for sw in self.switches.values():
             sw.launch()
@@ -220,9 +233,47 @@ class Testbed:
             for end, node, port in (("1", link.a, link.a_port), ("2", link.b, link.b_port)):
                 kwargs[f"addr{end}"] = self.plan.mac_of(node, None if self.topo.is_host(node) else port)
             net.addLink(link.a, link.b, **kwargs)
+        for server in self.topo.servers:  # NVLink: a bridge per server, a port per GPU (after its eth0)
+            rates = {nvlink_intf(self.topo, gpu)[1]: self.topo.nvlink_mbps(gpu) for gpu in server.gpus}
+            self.nvlinks[server.name] = net.addSwitch(server.name, cls=self.nodes.nvlink, rate_mbps=rates)
+            intfs.append(server.name)
+            for port, gpu in enumerate(server.gpus, 1):
+                mine, bridge = nvlink_intf(self.topo, gpu)
+                net.addLink(gpu, server.name, port1=len(self.topo.host_links(gpu)), port2=port, intfName1=mine,
+                            intfName2=bridge)
+                intfs.append(bridge)
         record_interfaces(self.run_dir, intfs)
         net.build()
         return net
+
+    def _start_nvlinks(self) -> None:
+        """Each server's NVLink stand-in up, and each GPU's port on it addressed and shaped."""
+        assert self.net is not None
+        if self.topo.servers:
+            info(f"*** Joining the GPUs of {len(self.topo.servers)} servers by NVLink\n")
+        try:
+            for server in self.topo.servers:
+                self.nvlinks[server.name].start([])
+                for gpu in server.gpus:
+                    self.net[gpu].setup_nvlink(nvlink_intf(self.topo, gpu)[0],
+                                               f"{self.plan.nvlink[gpu]}/{NVLINK_PREFIX}", self.topo.nvlink_mbps(gpu))
+        except NodeSetupError as exc:
+            raise TestbedError(f"NVLink: {exc}") from None
+
+    def is_nvlink(self, a: str, b: str) -> bool:
+        """Whether a–b names a GPU's NVLink port: the GPU and its server, either way round."""
+        return any((server := self.topo.server_of(gpu)) is not None and server.name == other
+                   for gpu, other in ((a, b), (b, a)))
+
+    def nvlink_counters(self) -> dict[str, tuple[int, int]]:
+        """Every GPU's NVLink bytes (sent, received), from its port's counters at the bridge."""
+        out = {}
+        for server in self.topo.servers:
+            for gpu in server.gpus:
+                stats = Path("/sys/class/net") / nvlink_intf(self.topo, gpu)[1] / "statistics"
+                # the bridge's end receives what the GPU sends
+                out[gpu] = (int((stats / "rx_bytes").read_text()), int((stats / "tx_bytes").read_text()))
+        return out
 
     def _provision_realtime(self) -> None:
         """Real-time scheduling once the network is up: the control plane (controller and host
@@ -404,7 +455,8 @@ class Testbed:
         switches' real-time priority (set_ports): at normal priority the kernel's work of closing a
         port waited 0.1–0.7 s behind them beside a running ring (5 ms on a quiet machine)."""
         assert self.net is not None
-        self.topo.find_link(a, b)  # TopologyError naming both ends when there is no such link
+        if not self.is_nvlink(a, b):  # a GPU's NVLink port is cut as a link of its own: (GPU, server)
+            self.topo.find_link(a, b)  # TopologyError naming both ends when there is no such link
         state = "up" if up else "down"
         ends = [intf for pair in self.net[a].connectionsTo(self.net[b]) for intf in pair]
         ports = [intf.name for intf in ends if not intf.node.inNamespace]  # a switch's end: root namespace

@@ -1,4 +1,5 @@
-"""Mininet node classes: P4 switches (soft or BMv2, see emulation/switchproc.py) and hosts."""
+"""Mininet node classes: P4 switches (soft or BMv2, see emulation/switchproc.py), hosts, and the
+NVLink stand-in that joins a multi-GPU server's GPUs."""
 
 from __future__ import annotations
 
@@ -27,9 +28,29 @@ from topologies.spec import Topology
 from wire.cpu import CPU_PORT
 
 SWITCH_MTU = 9000
+NVLINK_MTU = 9000
+NVLINK_QUEUE_S = 0.010  # the longest a frame waits in an NVLink port's shaper
 
-__all__ = ["CPU_PORT", "P4Switch", "SoftP4Switch", "BMv2Switch", "StarHost", "NodeClasses", "SwitchStartError",
-           "bmv2_missing", "log_tail", "intf_name", "mininet_port"]
+
+class NodeSetupError(RuntimeError):
+    """A command that sets up a node's interfaces failed (the message has the command and its error)."""
+
+
+def run_checked(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise NodeSetupError(f"{' '.join(cmd)}: {done.stderr.strip() or f'exit {done.returncode}'}")
+
+
+def tbf_args(rate_mbps: float) -> str:
+    """tc's TBF at `rate_mbps`: a bucket of 2 ms at the rate (at least two jumbo frames), frames
+    queued at most NVLINK_QUEUE_S."""
+    burst = max(2 * (NVLINK_MTU + 14), int(rate_mbps * 1e6 / 8 * 0.002))
+    return f"tbf rate {rate_mbps * 1e6:.0f}bit burst {burst} latency {NVLINK_QUEUE_S * 1e3:.0f}ms"
+
+__all__ = ["CPU_PORT", "P4Switch", "SoftP4Switch", "BMv2Switch", "StarHost", "NvLinkBridge", "NodeClasses",
+           "NodeSetupError", "SwitchStartError", "bmv2_missing", "log_tail", "intf_name", "mininet_port",
+           "nvlink_intf"]
 
 
 def quiet(cmd: list[str]) -> None:
@@ -41,10 +62,7 @@ def prepare_switch_intf(name: str) -> None:
     full-sized frame longer than 1500 bytes)."""
     quiet(["ethtool", "-K", name, "tx", "off", "tso", "off", "gso", "off", "gro", "off"])
     quiet(["ip", "link", "set", name, "mtu", str(SWITCH_MTU)])
-    try:
-        Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6").write_text("1")
-    except OSError:
-        pass
+    _no_ipv6(name)
 
 
 class P4Switch(Switch):
@@ -98,6 +116,42 @@ class BMv2Switch(P4Switch):
     process_cls = Bmv2SwitchProcess
 
 
+class NvLinkBridge(Switch):
+    """A server's NVLink stand-in: a Linux bridge in the root namespace joining its GPUs' NVLink
+    ports, each port shaped both ways at `rate_mbps` (its ratio times its GPU's NIC; TBF, at the
+    bridge's end what the GPU receives, at the GPU's end — StarHost.setup_nvlink — what it sends).
+    Never a P4 switch: the soft switch's per-packet cost stays on the NICs' traffic, and the
+    kernel's port counters are the NVLink's own."""
+
+    def __init__(self, name: str, rate_mbps: dict[str, float] | None = None, **params: Any) -> None:
+        super().__init__(name, **params)
+        self.rate_mbps = rate_mbps or {}  # port interface → rate
+
+    def port_intfs(self) -> list[str]:
+        return [intf.name for _, intf in sorted(self.intfs.items()) if intf.name != "lo"]
+
+    def start(self, controllers: list[Any]) -> None:  # Mininet API
+        run_checked(["ip", "link", "add", "name", self.name, "type", "bridge"])
+        _no_ipv6(self.name)
+        for intf in self.port_intfs():
+            run_checked(["ip", "link", "set", intf, "mtu", str(NVLINK_MTU), "master", self.name, "up"])
+            _no_ipv6(intf)
+            if intf in self.rate_mbps:
+                run_checked(["tc", "qdisc", "replace", "dev", intf, "root", *tbf_args(self.rate_mbps[intf]).split()])
+        run_checked(["ip", "link", "set", self.name, "up"])
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet API)
+        quiet(["ip", "link", "del", self.name])
+        super().stop(deleteIntfs)
+
+
+def _no_ipv6(name: str) -> None:
+    try:
+        Path(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6").write_text("1")
+    except OSError:
+        pass
+
+
 class StarHost(Host):
     """A host with offloads and IPv6 off, a /32 address and an on-link default route via the leaf."""
 
@@ -109,6 +163,15 @@ class StarHost(Host):
         self.cmd(f"sysctl -qw net.ipv4.tcp_congestion_control={CUBIC}")
         self.cmd(f"ip route replace default via {gateway_ip} dev {intf} onlink")
         self.cmd(f"ip neigh replace {gateway_ip} lladdr {gateway_mac} dev {intf} nud permanent")
+
+    def setup_nvlink(self, intf: str, address: str, rate_mbps: float) -> None:
+        """A GPU's NVLink port: its address on the server's subnet, jumbo frames, what it sends
+        shaped at `rate_mbps` (what it receives is shaped at the bridge's end)."""
+        for command in (f"ip addr add {address} dev {intf}", f"ip link set {intf} mtu {NVLINK_MTU} up",
+                        f"tc qdisc replace dev {intf} root {tbf_args(rate_mbps)}"):
+            out = self.cmd(f"{command} 2>&1 && echo ok").strip()
+            if not out.endswith("ok"):
+                raise NodeSetupError(f"{self.name}: {command}: {out}")
 
     def end_processes(self, grace_s: float = 2.0) -> list[int]:
         """End what was started inside this host's network namespace and outlived its shell's
@@ -155,6 +218,7 @@ class NodeClasses:
     bmv2_switch: type[P4Switch] = BMv2Switch
     host: type[Host] = StarHost
     link: type[Link] = Link
+    nvlink: type[Switch] = NvLinkBridge
 
 
 def mininet_port(topo: Topology, node: str, port: int) -> int:
@@ -166,3 +230,10 @@ def mininet_port(topo: Topology, node: str, port: int) -> int:
 def intf_name(topo: Topology, node: str, port: int) -> str:
     """The interface of `node`'s topology port: s3-eth2 is s3's port 2; h1-eth0 is h1's first."""
     return f"{node}-eth{mininet_port(topo, node, port)}"
+
+
+def nvlink_intf(topo: Topology, gpu: str) -> tuple[str, str]:
+    """A GPU's NVLink port: (its end, in its namespace; the bridge's end, in the root namespace)."""
+    server = topo.server_of(gpu)
+    assert server is not None, gpu
+    return f"{gpu}-nvl0", f"{server.name}-nvl{server.gpus.index(gpu)}"

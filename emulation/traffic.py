@@ -30,13 +30,15 @@ def iperf3_rates(out: str, what: str) -> tuple[float, float]:
         raise RuntimeError(f"iperf3 {what} failed: {out.strip()[-300:]}") from exc
 
 
-def iperf3_tcp(client: Host, server: Host, seconds: int = 5, port: int = 5201) -> tuple[float, float]:
-    """One iperf3 TCP flow client → server: (receiver goodput, sender rate) in Mbit/s.
+def iperf3_tcp(client: Host, server: Host, seconds: int = 5, port: int = 5201,
+               address: str | None = None) -> tuple[float, float]:
+    """One iperf3 TCP flow client → server (to `address`, default its NIC's): (receiver goodput,
+    sender rate) in Mbit/s.
 
     iperf3 rather than Mininet's iperf: Mininet waits for an iperf 2 report on its telnet probe,
     which iperf 2.1 (Debian 12) does not print, so `iperf` in the stock CLI never returns."""
     start_iperf3_server(server, port)
-    out = client.cmd(f"iperf3 -c {server.IP()} -p {port} -t {seconds} -J")
+    out = client.cmd(f"iperf3 -c {address or server.IP()} -p {port} -t {seconds} -J")
     return iperf3_rates(out, f"{client.name} -> {server.name}")
 
 

@@ -241,7 +241,7 @@ class _Reader(Fields):
             links = [dataclasses.replace(link, capacity_mbps=float(spine))
                      if topo.is_switch(link.a) and topo.is_switch(link.b) else link for link in topo.links]
             topo = Topology(f"{topo.name}-spine{spine:g}mbps", list(topo.switches), list(topo.hosts), links,
-                            dict(topo.defaults))
+                            dict(topo.defaults), list(topo.servers))
         return topo
 
     def job(self, value: Any, where: str, topo: Topology, duration: float) -> JobSpecification:

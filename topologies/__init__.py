@@ -1,11 +1,12 @@
 """Topology specs (YAML), generators and the addressing plan."""
 
-from topologies.generators import dumbbell, fattree, leafspine, topology_by_name
-from topologies.spec import Host, Link, Switch, Topology, TopologyError, load_topology, parse_topology
+from topologies.generators import dumbbell, fattree, leafspine, railopt, topology_by_name
+from topologies.spec import Host, Link, Server, Switch, Topology, TopologyError, load_topology, parse_topology
 
 __all__ = [
     "Host",
     "Link",
+    "Server",
     "Switch",
     "Topology",
     "TopologyError",
@@ -14,5 +15,6 @@ __all__ = [
     "leafspine",
     "load_topology",
     "parse_topology",
+    "railopt",
     "topology_by_name",
 ]

@@ -3,6 +3,8 @@
 Hosts get /32 addresses 10.0.<switch index>.<port> with a default route via the gateway
 10.0.<switch index>.254 on-link, whose MAC is the switch port's (installed as a static
 neighbour), so every packet crosses the fabric as routed L3 and no switch needs ARP.
+A GPU in a server also has an NVLink address, 10.1.<server index>.<GPU index> on the server's /24:
+on-link through the server's NVLink stand-in, never through a switch.
 gRPC/Thrift ports are not here: they are allocated per run (emulation.ports).
 """
 
@@ -11,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from topologies.spec import Topology, TopologyError
+
+NVLINK_NET = "10.1"
+NVLINK_PREFIX = 24
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,14 @@ class AddressPlan:
                 switch_port=port,
             )
         self._by_ip = {h.ip: h for h in self.hosts.values()}
+        if len(topo.servers) > 250:
+            raise TopologyError(f"servers: {len(topo.servers)} servers exceed the plan's 250")
+        self.nvlink: dict[str, str] = {}  # GPU → its NVLink address (no prefix)
+        for k, server in enumerate(topo.servers, 1):
+            if len(server.gpus) > 253:
+                raise TopologyError(f"servers[{k - 1}].gpus: {len(server.gpus)} GPUs exceed the plan's 253 per server")
+            for g, gpu in enumerate(server.gpus, 1):
+                self.nvlink[gpu] = f"{NVLINK_NET}.{k}.{g}"
 
     def host_by_ip(self, ip: str) -> HostAddress:
         return self._by_ip[ip]

@@ -1,8 +1,10 @@
-"""Topology generators: leaf-spine, fat-tree(k), dumbbell(n); and lookup by name.
+"""Topology generators: leaf-spine, fat-tree(k), dumbbell(n), rail-optimized multi-GPU servers;
+and lookup by name.
 
 Names accepted by ``topology_by_name``: ``leafspine`` (2 spines, 2 leaves, 4 hosts per leaf),
-``leafspine:S,L,H``, ``fattree`` (k=4), ``fattree:K``, ``dumbbell`` (n=2), ``dumbbell:N``, or a
-path to a YAML file.
+``leafspine:S,L,H``, ``fattree`` (k=4), ``fattree:K``, ``dumbbell`` (n=2), ``dumbbell:N``,
+``railopt`` (2 servers of 4 GPUs, 2 spines, NVLink 8x the NIC), ``railopt:SERVERS,GPUS,SPINES[,RATIO]``,
+or a path to a YAML file.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from topologies.spec import (
     DEFAULT_CAPACITY_MBPS,
+    DEFAULT_NVLINK_RATIO,
     DEFAULT_QUEUE_PKTS,
     Topology,
     TopologyError,
@@ -22,13 +25,14 @@ from topologies.spec import (
 
 
 def _build(name: str, switches: list[tuple[str, str]], hosts: list[str], links: list[tuple[str, str]],
-           capacity_mbps: float, queue_pkts: int) -> Topology:
+           capacity_mbps: float, queue_pkts: int, servers: list[dict[str, Any]] | None = None) -> Topology:
     data: dict[str, Any] = {
         "name": name,
         "defaults": {"capacity_mbps": capacity_mbps, "queue_pkts": queue_pkts},
         "switches": [{"name": n, "role": r} for n, r in switches],
         "hosts": [{"name": h} for h in hosts],
         "links": [{"a": a, "b": b} for a, b in links],
+        **({"servers": servers} if servers else {}),
     }
     return topology_from_dict(data, source=name)
 
@@ -101,7 +105,34 @@ def dumbbell(n: int = 2, capacity_mbps: float = DEFAULT_CAPACITY_MBPS,
     return _build(f"dumbbell-{n}", [("s1", "leaf"), ("s2", "leaf")], hosts, links, capacity_mbps, queue_pkts)
 
 
-GENERATORS: dict[str, Callable[..., Topology]] = {"leafspine": leafspine, "fattree": fattree, "dumbbell": dumbbell}
+def railopt(servers: int = 2, gpus: int = 4, spines: int = 2, nvlink_ratio: float = DEFAULT_NVLINK_RATIO,
+            capacity_mbps: float = DEFAULT_CAPACITY_MBPS, queue_pkts: int = DEFAULT_QUEUE_PKTS) -> Topology:
+    """Rail-optimized multi-GPU servers (NVIDIA's rail-optimized SuperPOD, Alibaba HPN): spines
+    s1..sS; one leaf per rail, s(S+1)..s(S+G), rail r joining GPU r of every server; server srvK
+    holds GPUs h((K-1)G+1)..h(KG), each a host with its own NIC on its rail's leaf, joined to the
+    server's other GPUs by NVLink at `nvlink_ratio` times the NIC rate. Traffic between GPUs of one
+    rank stays under one leaf; between rails it crosses a spine (or, once relayed, NVLink)."""
+    if servers < 1 or gpus < 1 or spines < 1:
+        raise TopologyError("railopt: servers, gpus and spines must be >= 1")
+    spine_names = [f"s{i + 1}" for i in range(spines)]
+    rails = [f"s{spines + r + 1}" for r in range(gpus)]
+    hosts: list[str] = []
+    links: list[tuple[str, str]] = []
+    server_list: list[dict[str, Any]] = []
+    for k in range(servers):
+        members = [f"h{k * gpus + r + 1}" for r in range(gpus)]
+        hosts += members
+        server_list.append({"name": f"srv{k + 1}", "gpus": members, "nvlink_ratio": float(nvlink_ratio)})
+    for r, leaf in enumerate(rails):  # a leaf's ports: its rail's GPUs in server order, then the spines
+        links += [(f"h{k * gpus + r + 1}", leaf) for k in range(servers)]
+    links += [(leaf, spine) for leaf in rails for spine in spine_names]
+    switches = [(s, "spine") for s in spine_names] + [(leaf, "leaf") for leaf in rails]
+    return _build(f"railopt-{servers}x{gpus}x{spines}", switches, hosts, links, capacity_mbps, queue_pkts,
+                  server_list)
+
+
+GENERATORS: dict[str, Callable[..., Topology]] = {"leafspine": leafspine, "fattree": fattree, "dumbbell": dumbbell,
+                                                  "railopt": railopt}
 
 
 def topology_by_name(spec: str) -> Topology:

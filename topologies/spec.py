@@ -7,6 +7,11 @@ YAML form::
     switches: [{name: s1, role: spine}, {name: s3, role: leaf}]
     hosts: [{name: h1}]
     links: [{a: h1, b: s3}, {a: s3, b: s1, capacity_mbps: 40}]
+    servers: [{name: srv1, gpus: [h1, h2], nvlink_ratio: 8}]   # optional
+
+A server holds GPUs: each GPU is a host of its own (its own namespace and NIC, on its rail's leaf)
+and the server's GPUs are joined by an NVLink stand-in that never crosses a P4 switch, at
+``nvlink_ratio`` times each GPU's NIC rate (``defaults.nvlink_ratio``, 8 unless given).
 
 Validation errors name the offending field: ``links[3].b: unknown node 's9'``.
 Port numbers are assigned per node in link order (1, 2, ...) unless a link gives
@@ -32,6 +37,8 @@ SWITCH_ROLES = ("spine", "leaf", "core", "agg", "edge", "switch")
 DEFAULT_CAPACITY_MBPS = 20.0
 DEFAULT_QUEUE_PKTS = 64
 MAX_CAPACITY_MBPS = 100_000.0  # 100 Gbit/s: far past what an emulated link carries
+DEFAULT_NVLINK_RATIO = 8.0  # NVLink : NIC per GPU (SimAI's H100: 2,880 vs 400 Gbit/s, 7.2:1)
+MAX_NVLINK_RATIO = 1000.0
 MAX_QUEUE_PKTS = (1 << 19) - 1  # v1model's enq_qdepth and starnet.p4's ECN threshold are 19 bits
 
 
@@ -52,6 +59,16 @@ class Host:
 
     name: str
     nics: int = 1
+
+
+@dataclass(frozen=True)
+class Server:
+    """A multi-GPU server: its GPUs (hosts, one NIC each, in NVLink port order) and their NVLink
+    stand-in's rate as a multiple of each GPU's NIC rate."""
+
+    name: str
+    gpus: tuple[str, ...]
+    nvlink_ratio: float = DEFAULT_NVLINK_RATIO
 
 
 LinkId = tuple[str, int | str]
@@ -98,10 +115,23 @@ class Topology:
     hosts: list[Host]
     links: list[Link]
     defaults: dict[str, Any] = field(default_factory=dict)
+    servers: list[Server] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._switch_names = {s.name for s in self.switches}
         self._host_names = {h.name for h in self.hosts}
+        self._server_of = {gpu: server for server in self.servers for gpu in server.gpus}
+
+    def server_of(self, host: str) -> Server | None:
+        """The server a GPU is in (None: a host of its own)."""
+        return self._server_of.get(host)
+
+    def nvlink_mbps(self, gpu: str) -> float:
+        """The rate of a GPU's NVLink port, each way: its server's ratio times its NIC's rate."""
+        server = self.server_of(gpu)
+        if server is None:
+            raise TopologyError(f"host {gpu} is in no server: it has no NVLink")
+        return server.nvlink_ratio * self.host_link(gpu).capacity_mbps
 
     def is_switch(self, name: str) -> bool:
         return name in self._switch_names
@@ -157,7 +187,7 @@ class Topology:
             raise TopologyError(f"link rate must be a positive number of Mbit/s, got {capacity_mbps!r}")
         return Topology(self.name, list(self.switches), list(self.hosts),
                         [replace(link, capacity_mbps=capacity_mbps) for link in self.links],
-                        {**self.defaults, "capacity_mbps": capacity_mbps})
+                        {**self.defaults, "capacity_mbps": capacity_mbps}, list(self.servers))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,6 +206,8 @@ class Topology:
                 }
                 for link in self.links
             ],
+            **({"servers": [{"name": sv.name, "gpus": list(sv.gpus), "nvlink_ratio": sv.nvlink_ratio}
+                            for sv in self.servers]} if self.servers else {}),
         }
 
     def to_yaml(self) -> str:
@@ -199,9 +231,10 @@ def _name(fields: Fields, value: Any, where: str) -> str:
 
 def topology_from_dict(data: Any, source: str = "topology") -> Topology:
     fields = Fields(source, TopologyError)
-    data = fields.mapping(data, "", {"name", "defaults", "switches", "hosts", "links"})
+    data = fields.mapping(data, "", {"name", "defaults", "switches", "hosts", "links", "servers"})
     name = fields.text(data.get("name", Path(source).stem), "name")
-    defaults = fields.mapping(data.get("defaults", {}) or {}, "defaults", {"capacity_mbps", "queue_pkts"})
+    defaults = fields.mapping(data.get("defaults", {}) or {}, "defaults", {"capacity_mbps", "queue_pkts",
+                                                                           "nvlink_ratio"})
     default_capacity = float(fields.number(defaults.get("capacity_mbps", DEFAULT_CAPACITY_MBPS),
                                            "defaults.capacity_mbps", 0.001, MAX_CAPACITY_MBPS))
     default_queue = int(fields.number(defaults.get("queue_pkts", DEFAULT_QUEUE_PKTS), "defaults.queue_pkts", 1,
@@ -211,7 +244,14 @@ def topology_from_dict(data: Any, source: str = "topology") -> Topology:
     hosts = _hosts(fields, fields.items(data.get("hosts", []), "hosts"), seen)
     links = _links(fields, fields.items(data.get("links", []), "links"), seen, {h.name for h in hosts},
                    default_capacity, default_queue)
-    topo = Topology(name, switches, hosts, links, {"capacity_mbps": default_capacity, "queue_pkts": default_queue})
+    default_ratio = float(fields.number(defaults.get("nvlink_ratio", DEFAULT_NVLINK_RATIO), "defaults.nvlink_ratio",
+                                        0.001, MAX_NVLINK_RATIO))
+    servers = _servers(fields, fields.items(data.get("servers", []) or [], "servers"), seen,
+                       {h.name for h in hosts}, default_ratio)
+    kept = {"capacity_mbps": default_capacity, "queue_pkts": default_queue}
+    if "nvlink_ratio" in defaults:
+        kept["nvlink_ratio"] = default_ratio
+    topo = Topology(name, switches, hosts, links, kept, servers)
     for i, host in enumerate(hosts):
         count = len(topo.links_of(host.name))
         if count != host.nics:
@@ -250,6 +290,29 @@ def _hosts(fields: Fields, items: list[Any], seen: dict[str, str]) -> list[Host]
         name = _node_name(fields, raw, f"hosts[{i}]", seen)
         hosts.append(Host(name, int(fields.number(raw.get("nics", 1), f"hosts[{i}].nics", 1, 64, integer=True))))
     return hosts
+
+
+def _servers(fields: Fields, items: list[Any], seen: dict[str, str], host_names: set[str],
+             default_ratio: float) -> list[Server]:
+    servers = []
+    placed: dict[str, str] = {}
+    for i, raw in enumerate(items):
+        where = f"servers[{i}]"
+        raw = fields.mapping(raw, where, {"name", "gpus", "nvlink_ratio"})
+        name = _node_name(fields, raw, where, seen)
+        gpus = fields.items(raw.get("gpus"), f"{where}.gpus")
+        if not gpus:
+            raise fields.fail(f"{where}.gpus", f"server {name} holds no GPU")
+        for j, gpu in enumerate(gpus):
+            if not isinstance(gpu, str) or gpu not in host_names:
+                raise fields.fail(f"{where}.gpus[{j}]", f"unknown host {gpu!r} (a GPU is a host of the topology)")
+            if gpu in placed:
+                raise fields.fail(f"{where}.gpus[{j}]", f"GPU {gpu} is already in {placed[gpu]}")
+            placed[gpu] = name
+        ratio = float(fields.number(raw.get("nvlink_ratio", default_ratio), f"{where}.nvlink_ratio", 0.001,
+                                    MAX_NVLINK_RATIO))
+        servers.append(Server(name, tuple(gpus), ratio))
+    return servers
 
 
 def _links(fields: Fields, items: list[Any], seen: dict[str, str], host_names: set[str], default_capacity: float,

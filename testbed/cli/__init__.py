@@ -1,6 +1,6 @@
 """The testbed's Mininet CLI: Mininet's commands (pingall, iperf, hN cmd ...) plus a banner and the
-project's commands, one module per concern — the fabric (fabric.py: switches, queues, int, advice,
-mode, fidelity, iperf), workloads (jobs.py: allreduce, incast, flows, job, jobs), faults and their
+project's commands, one module per concern — the fabric (fabric.py: switches, servers, queues, int,
+advice, mode, fidelity, iperf), workloads (jobs.py: allreduce, incast, flows, job, jobs), faults and their
 localisation (faults.py: fail, restore, loss, slow, rate, flap, diagnose), the lab (lab.py:
 scenario, report); their arguments (args.py)."""
 
@@ -24,6 +24,9 @@ def banner(tb: Testbed) -> str:
         f"StarNet testbed: {topo.name} on the {tb.dataplane} data plane",
         f"  {len(topo.switches)} P4 switches, {len(topo.hosts)} hosts, {len(topo.links)} links, "
         f"programmed over P4Runtime by the controller",
+        *([f"  {len(topo.servers)} servers of {'/'.join(sorted({str(len(s.gpus)) for s in topo.servers}))} GPUs, "
+           f"each GPU a host on its rail's leaf, a server's GPUs joined by NVLink (try: servers)"]
+          if topo.servers else []),
         f"  run directory: {tb.run_dir}",
         f"  switches: {', '.join(sorted({sw.process.scheduling for sw in tb.switches.values()}))} scheduling; "
         f"{budget.full_load(topo).line()}",

@@ -1,4 +1,4 @@
-"""The CLI's fabric commands: iperf, int, advice, mode, switches, queues, fidelity."""
+"""The CLI's fabric commands: iperf, int, advice, mode, switches, servers, queues, fidelity."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ FIDELITY_SECONDS = 10.0
 
 
 class FabricCommands(Commands):
-    """Showing and steering the fabric: iperf, int, advice, mode, switches, queues, fidelity."""
+    """Showing and steering the fabric: iperf, int, advice, mode, switches, servers, queues, fidelity."""
 
     def do_iperf(self, line: str) -> None:
         """iperf [client server] [seconds]: one iperf3 TCP flow (default: first host to last), in Mbit/s."""
@@ -123,6 +123,23 @@ class FabricCommands(Commands):
         for name, sw in self.tb.switches.items():
             state = "running" if sw.proc and sw.proc.poll() is None else "stopped"
             self.stdout.write(f"{name:6} device {sw.device_id:<3} {sw.kind:5} {sw.grpc_address:22} {state}\n")
+
+    def do_servers(self, line: str) -> None:
+        """servers: each multi-GPU server's GPUs with their rail (the leaf of their NIC), NIC and
+        NVLink addresses, NVLink rate and the bytes each sent and received over NVLink."""
+        topo = self.tb.topo
+        if not topo.servers:
+            self.stdout.write(f"{topo.name} has no multi-GPU servers (try: make run TOPO=railopt)\n")
+            return
+        counters = self.tb.nvlink_counters()
+        self.stdout.write(f"{'server':8} {'GPU':5} {'rail':5} {'NIC':12} {'NVLink':12} {'Mbit/s':>7} "
+                          f"{'sent B':>12} {'received B':>12}\n")
+        for server in topo.servers:
+            for gpu in server.gpus:
+                sent, received = counters[gpu]
+                self.stdout.write(f"{server.name:8} {gpu:5} {topo.host_link(gpu).other(gpu):5} "
+                                  f"{self.tb.plan.hosts[gpu].ip:12} {self.tb.plan.nvlink[gpu]:12} "
+                                  f"{topo.nvlink_mbps(gpu):7g} {sent:12} {received:12}\n")
 
     def do_queues(self, line: str) -> None:
         """queues [switch]: drops by reason (the P4 counter drop_reason, read over P4Runtime) and, on

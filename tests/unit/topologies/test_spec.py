@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from emulation.nodes import intf_name
-from topologies import TopologyError, dumbbell, fattree, leafspine, topology_by_name
+from topologies import TopologyError, dumbbell, fattree, leafspine, railopt, topology_by_name
 from topologies.addressing import AddressPlan
 from topologies.spec import load_topology, parse_topology, topology_from_dict
 
@@ -164,3 +164,48 @@ def test_a_host_may_have_a_nic_per_link_in_port_order():
 def test_links_and_nics_must_agree(old, new, message):
     with pytest.raises(TopologyError, match=message):
         parse_topology(TWO_NICS.replace(old, new), "rails.yaml")
+
+
+def test_railopt_puts_each_gpu_on_its_rail_and_a_servers_gpus_on_one_nvlink():
+    topo = railopt(servers=3, gpus=2, spines=2, nvlink_ratio=4)
+    assert [s.name for s in topo.servers] == ["srv1", "srv2", "srv3"]
+    assert [s.gpus for s in topo.servers] == [("h1", "h2"), ("h3", "h4"), ("h5", "h6")]
+    rails = {h.name: topo.host_link(h.name).other(h.name) for h in topo.hosts}
+    assert rails == {"h1": "s3", "h3": "s3", "h5": "s3", "h2": "s4", "h4": "s4", "h6": "s4"}  # GPU r on rail r
+    assert {n for n, _ in topo.neighbours("s3") if topo.is_switch(n)} == {"s1", "s2"}
+    assert topo.server_of("h4").name == "srv2" and topo.nvlink_mbps("h4") == 80.0  # 4 x 20 Mbit/s
+    again = parse_topology(topo.to_yaml(), "again.yaml")
+    assert again.servers == topo.servers and again.scaled(10).nvlink_mbps("h4") == 40.0
+    assert topology_by_name("railopt:2,4,1").servers[1].gpus == ("h5", "h6", "h7", "h8")
+    assert leafspine().servers == [] and leafspine().server_of("h1") is None
+    with pytest.raises(TopologyError, match="host h1 is in no server"):
+        leafspine().nvlink_mbps("h1")
+
+
+SERVERS = """name: two-servers
+defaults: {nvlink_ratio: 2}
+switches: [{name: s1, role: leaf}]
+hosts: [{name: h1}, {name: h2}, {name: h3}]
+links: [{a: h1, b: s1}, {a: h2, b: s1}, {a: h3, b: s1}]
+servers: [{name: srv1, gpus: [h1, h2]}, {name: srv2, gpus: [h3], nvlink_ratio: 16}]
+"""
+
+
+def test_servers_from_yaml_take_the_default_ratio_or_their_own():
+    topo = parse_topology(SERVERS, "servers.yaml")
+    assert [(s.name, s.gpus, s.nvlink_ratio) for s in topo.servers] == [("srv1", ("h1", "h2"), 2.0),
+                                                                        ("srv2", ("h3",), 16.0)]
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("gpus: [h1, h2]}", "gpus: [h1, h9]}", r"servers\[0\]\.gpus\[1\]: unknown host 'h9'"),
+    ("gpus: [h3]", "gpus: [h1]", r"servers\[1\]\.gpus\[0\]: GPU h1 is already in srv1"),
+    ("gpus: [h3]", "gpus: []", r"servers\[1\]\.gpus: server srv2 holds no GPU"),
+    ("name: srv2", "name: s1", r"servers\[1\]\.name: duplicate node name 's1'"),
+    ("nvlink_ratio: 16", "nvlink_ratio: 0", r"servers\[1\]\.nvlink_ratio: must be in"),
+    ("nvlink_ratio: 2}", "nvlink_ratio: x}", r"defaults\.nvlink_ratio: must be a number"),
+    ("gpus: [h3]", "cpus: [h3]", r"servers\[1\]\.cpus: unknown field"),
+])
+def test_bad_servers_are_named_by_field(old, new, message):
+    with pytest.raises(TopologyError, match=message):
+        parse_topology(SERVERS.replace(old, new), "servers.yaml")
