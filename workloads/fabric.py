@@ -27,7 +27,18 @@ if TYPE_CHECKING:
 
 def topology_order(topo: Topology, hosts: list[str]) -> list[str]:
     """Hosts grouped by the switch they hang off (in topology order), so that ring neighbours share
-    a leaf and only one ring edge per leaf boundary crosses the spines."""
+    a leaf and only one ring edge per leaf boundary crosses the spines; GPUs in servers grouped by
+    server, in their server's GPU order (ring neighbours share NVLink; the server-aware algorithms
+    take GPU i of each server as its rail)."""
+    if topo.servers and all(topo.server_of(h) is not None for h in hosts):
+        server_index = {s.name: i for i, s in enumerate(topo.servers)}
+
+        def by_server(h: str) -> tuple[int, int]:
+            server = topo.server_of(h)
+            assert server is not None
+            return server_index[server.name], server.gpus.index(h)
+
+        return sorted(hosts, key=by_server)
     switch_index = {s.name: i for i, s in enumerate(topo.switches)}
     host_index = {h.name: i for i, h in enumerate(topo.hosts)}
     return sorted(hosts, key=lambda h: (switch_index[topo.host_link(h).other(h)], host_index[h]))
@@ -117,7 +128,8 @@ class FabricView:
         missing = [h for h in hosts if h not in self.host_pids]
         if missing:
             raise JobError(f"hosts: {', '.join(missing)} not running in {self.run_dir.name}")
-        return [Endpoint(h, self.plan.hosts[h].ip) for h in hosts]
+        return [Endpoint(h, self.plan.hosts[h].ip, server.name if (server := self.topo.server_of(h)) else None,
+                         self.plan.nvlink.get(h)) for h in hosts]
 
     def spawner(self, job: str, new_session: bool = False) -> NamespaceSpawner:
         return NamespaceSpawner(self.host_pids, self.run_dir, job, new_session)

@@ -57,10 +57,14 @@ def format_size(nbytes: int) -> str:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A workload process's host: name (Mininet host or 'localN'), ip (where it listens)."""
+    """A workload process's host: name (Mininet host or 'localN'), ip (where it listens); a GPU in a
+    multi-GPU server also has its server's name and its NVLink address (peers of its own server are
+    reached there)."""
 
     name: str
     ip: str
+    server: str | None = None
+    nvlink: str | None = None
 
 
 def local_endpoints(count: int) -> list[Endpoint]:

@@ -29,7 +29,7 @@ CONGESTION_CONTROL = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 @dataclass
 class JobSpec:
     """hosts: Mininet host names (or local=N ranks on loopback); sizes: message sizes in bytes;
-    algo: ring | tree | hd | auto; chunk_bytes: pipelining unit; order: topology | given;
+    algo: ring | tree | hd | rings | hier (servers) | auto; chunk_bytes: pipelining unit; order: topology | given;
     declare: declare demands to the controller (None: whenever the testbed has one; its ranks report
     their step timings there whatever this says); port_base: fixed
     TCP ports for the ranks (0: ephemeral), so repeated runs take the same ECMP paths."""

@@ -12,6 +12,7 @@ earliest rank's start to the latest rank's end (CLOCK_MONOTONIC is shared by all
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads.allreduce.executor import DEFAULT_CHUNK_BYTES
-from workloads.allreduce.schedule import ALGORITHMS
+from workloads.allreduce.schedule import ALGORITHMS, FLAT
 from workloads.hosts import Endpoint, JobError, ProcessGroup, Spawner, format_size
 
 ITEMSIZE = 4  # float32
@@ -98,6 +99,18 @@ def format_table(results: list[SizeResult], link_mbps: float | None = None) -> s
     return "\n".join(lines)
 
 
+def gpus_per_server(endpoints: list[Endpoint]) -> int | None:
+    """G when the ranks are the same number of GPUs of each server, server by server (1: no rank is
+    in a server); None for any other layout (the server-aware algorithms cannot run on it)."""
+    if all(e.server is None for e in endpoints):
+        return 1
+    runs = [(server, len(list(group))) for server, group in itertools.groupby(e.server for e in endpoints)]
+    servers = [server for server, _ in runs]
+    if None in servers or len(set(servers)) != len(servers) or len({size for _, size in runs}) != 1:
+        return None
+    return runs[0][1]
+
+
 class AllReduceJob:
     """endpoints: the ranks' hosts in rank order; spawner: starts a rank process on its host;
     workdir: rank logs and the control socket; controller: gRPC address the ranks report their
@@ -123,6 +136,7 @@ class AllReduceJob:
         self.port_base = port_base
         self.group = ProcessGroup(endpoints, spawner, workdir, name, kind="rank", timeout_s=timeout_s)
         self.iteration = 0
+        self.local = gpus_per_server(endpoints)  # GPUs per server in rank order (None: uneven)
 
     @property
     def world(self) -> int:
@@ -132,7 +146,8 @@ class AllReduceJob:
     def start(self) -> AllReduceJob:
         hellos = self.group.start(self._argv)
         try:
-            peers = [[ep.ip, hello["port"]] for ep, hello in zip(self.endpoints, hellos, strict=True)]
+            peers = [[ep.ip, hello["port"], ep.server, ep.nvlink, hello.get("nvport")]
+                     for ep, hello in zip(self.endpoints, hellos, strict=True)]
             self.group.broadcast({"peers": peers})
             for rank in range(self.world):
                 self.group.expect(rank, "connected")
@@ -154,6 +169,10 @@ class AllReduceJob:
             argv += ["--faults-file", str(self.faults_file(ep.name))]
         if self.port_base:
             argv += ["--port-base", str(self.port_base)]
+        if ep.nvlink:
+            argv += ["--nvlink-ip", ep.nvlink]
+        if self.local and self.local > 1:
+            argv += ["--local", str(self.local)]
         return argv
 
     def close(self) -> None:
@@ -171,6 +190,9 @@ class AllReduceJob:
         """Run `warmup` + `iters` all-reduces of `size_bytes` and return the timed ones."""
         if algo not in ALGORITHMS:
             raise JobError(f"algo: unknown algorithm {algo!r} (one of {', '.join(ALGORITHMS)})")
+        if algo not in FLAT and self.local is None:
+            raise JobError(f"algo {algo}: the ranks are not the same number of GPUs of each server, server by "
+                           f"server ({', '.join(f'{e.name}@{e.server}' for e in self.endpoints)})")
         if size_bytes < ITEMSIZE or size_bytes % ITEMSIZE:
             raise JobError(f"size: {size_bytes} B is not a positive multiple of {ITEMSIZE} (float32)")
         if chunk_bytes < ITEMSIZE:

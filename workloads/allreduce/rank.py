@@ -3,13 +3,16 @@ host's namespace, or on loopback).
 
 It talks to the launcher over a Unix socket (JSON lines; Mininet hosts share the filesystem) and to
 the other ranks over TCP: a full mesh, so one job can run every algorithm. Protocol, launcher → rank:
-  ← {"hello": rank, "port": data port}      → {"peers": [[ip, port], …]}
+  ← {"hello": rank, "port": data port[, "nvport": NVLink port]}
+                                             → {"peers": [[ip, port, server, nvlink ip, nvlink port], …]}
   ← {"connected": n}                         → {"run": {"count", "algo", "chunk", "iter"}}
   ← {"ready": iter}                          → {"go": iter}
   ← {"done": iter, "start", "end", "wrong", "steps"} or {"error": text}   … → {"exit": true}
 With --controller it reports its pieces' timings there as they complete (ReportSteps: evidence for
 fault localisation) and, with --declare, declares its transfers before sending (DeclareDemand). With
---faults-file it follows the compute delay injected on its host (a slow host).
+--faults-file it follows the compute delay injected on its host (a slow host). A GPU of a multi-GPU
+server (--nvlink-ip) also listens on its NVLink address and reaches the ranks of its own server there:
+those transfers never cross the fabric, so they are neither declared nor reported to the controller.
 """
 
 from __future__ import annotations
@@ -52,8 +55,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port-base", type=int, default=0,
                         help="listen on BASE+rank and connect from BASE+PEERS+peer (0: ephemeral ports). Fixed "
                              "ports give fixed 5-tuples, so ECMP puts the flows on the same paths in every run")
+    parser.add_argument("--nvlink-ip", help="this GPU's NVLink address: ranks of its server connect there")
+    parser.add_argument("--local", type=int, default=1, help="GPUs per server, ranks server-major (rings, hier)")
     parser.add_argument("--log-file", type=Path)
     return parser.parse_args(argv)
+
+
+def same_server(peers: list[list], rank: int, peer: int) -> bool:
+    """Whether `peer` is a GPU of this rank's server with an NVLink address to reach it at."""
+    return peers[rank][2] is not None and peers[peer][2] == peers[rank][2] and peers[peer][3] is not None
 
 
 def _tune(sock: socket.socket, cc: str | None) -> None:
@@ -66,17 +76,19 @@ def _tune(sock: socket.socket, cc: str | None) -> None:
             raise SystemExit(f"--cc {cc}: the kernel refused it ({exc}); available: {available}") from exc
 
 
-def connect_mesh(args: argparse.Namespace, listener: socket.socket,
-                 peers: list[tuple[str, int]]) -> dict[int, socket.socket]:
-    """Rank r connects to every higher rank and accepts every lower one."""
+def connect_mesh(args: argparse.Namespace, listeners: dict[bool, socket.socket],
+                 peers: list[list]) -> dict[int, socket.socket]:
+    """Rank r connects to every higher rank and accepts every lower one; over NVLink (listeners[True])
+    to the ranks of its own server, over the fabric (listeners[False]) to the others."""
     conns: dict[int, socket.socket] = {}
     for peer in range(args.rank + 1, args.world):
-        ip, port = peers[peer]  # JSON gives a list; sockets want a tuple
-        address = (str(ip), int(port))
+        nvlink = same_server(peers, args.rank, peer)
+        ip, port = (peers[peer][3], peers[peer][4]) if nvlink else (peers[peer][0], peers[peer][1])
+        address = (str(ip), int(port))  # JSON gives a list; sockets want a tuple
         if args.port_base:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((args.ip, args.port_base + MAX_PEERS + peer))
+            sock.bind((args.nvlink_ip if nvlink else args.ip, args.port_base + MAX_PEERS + peer))
             sock.settimeout(args.timeout_s)
             sock.connect(address)
         else:
@@ -84,19 +96,21 @@ def connect_mesh(args: argparse.Namespace, listener: socket.socket,
         _tune(sock, args.cc)
         sock.sendall(HELLO.pack(args.rank))
         conns[peer] = sock
-    listener.settimeout(args.timeout_s)
-    while len(conns) < args.world - 1:
-        sock, _ = listener.accept()
-        sock.settimeout(args.timeout_s)
-        _tune(sock, args.cc)
-        data = b""
-        while len(data) < HELLO.size:
-            chunk = sock.recv(HELLO.size - len(data))
-            if not chunk:
-                raise ConnectionError("a peer closed the connection before saying who it is")
-            data += chunk
-        (peer,) = HELLO.unpack(data)
-        conns[peer] = sock
+    for nvlink, listener in listeners.items():
+        expected = sum(1 for peer in range(args.rank) if same_server(peers, args.rank, peer) == nvlink)
+        listener.settimeout(args.timeout_s)
+        for _ in range(expected):
+            sock, _ = listener.accept()
+            sock.settimeout(args.timeout_s)
+            _tune(sock, args.cc)
+            data = b""
+            while len(data) < HELLO.size:
+                chunk = sock.recv(HELLO.size - len(data))
+                if not chunk:
+                    raise ConnectionError("a peer closed the connection before saying who it is")
+                data += chunk
+            (peer,) = HELLO.unpack(data)
+            conns[peer] = sock
     return conns
 
 
@@ -106,7 +120,8 @@ class ControllerLink:
     `report_s` (ReportSteps: a slow host shows within a second, not at the end of a long iteration)."""
 
     def __init__(self, address: str, my_ip: str, peer_ips: list[str], declare: bool, job: str, rank: int,
-                 report_s: float = 0.5) -> None:
+                 report_s: float = 0.5, nvlink_peers: frozenset[int] = frozenset()) -> None:
+        """nvlink_peers: ranks reached over NVLink, whose transfers the fabric never sees."""
         import grpc
 
         from wire import advice_pb2 as pb
@@ -118,6 +133,7 @@ class ControllerLink:
         self.stub = pb_grpc.AdviceStub(self.channel)
         self.my_ip = my_ip
         self.peer_ips = peer_ips
+        self.nvlink_peers = nvlink_peers
         self.declaring = declare
         self.active: set[str] = set()
         self.report = pb.StepReport(host=my_ip, job=job, rank=rank, world=len(peer_ips))
@@ -132,6 +148,7 @@ class ControllerLink:
     def declare(self, sent: dict[int, int]) -> None:
         if not self.declaring:
             return
+        sent = {peer: nbytes for peer, nbytes in sent.items() if peer not in self.nvlink_peers}
         for peer, nbytes in sent.items():
             dst = self.peer_ips[peer]
             self.stub.DeclareDemand(self.pb.DemandRequest(src=self.my_ip, dst=dst, bytes=nbytes), timeout=5)
@@ -148,6 +165,8 @@ class ControllerLink:
 
     def piece_done(self, piece: Piece, nbytes: int, start: float, end: float, work: float) -> None:
         """The executor's on_piece."""
+        if piece.op.peer in self.nvlink_peers:
+            return
         step = self.pb.StepTime(step=piece.op.step, send=piece.op.send, peer=self.peer_ips[piece.op.peer],
                                 bytes=nbytes, start_s=max(0.0, start - self.iteration_start),
                                 duration_s=end - start, compute_s=work)
@@ -214,30 +233,40 @@ def _plan(plans: dict[tuple, tuple], key: tuple[int, str, int], args: argparse.N
     """The executor of (count, algo, chunk) and the bytes it sends, made once (one plan kept)."""
     if key not in plans:
         count, algo, chunk = key
-        ops = schedule(algo, args.world, args.rank, count)
+        ops = schedule(algo, args.world, args.rank, count, args.local)
         plans.clear()
         plans[key] = (Executor(cut(ops, chunk), {p: conns[p] for p in {op.peer for op in ops}}, chunk,
                                delay, link.piece_done if link else None), bytes_sent(ops))
     return plans[key]
 
 
+def _listen(args: argparse.Namespace, ip: str) -> socket.socket:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    _tune(listener, args.cc)
+    listener.bind((ip, args.port_base + args.rank if args.port_base else 0))
+    listener.listen(args.world)
+    return listener
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(filename=args.log_file, level=logging.INFO,
                         format="%(asctime)s rank %(process)d %(levelname)s %(message)s")
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    _tune(listener, args.cc)
-    listener.bind((args.ip, args.port_base + args.rank if args.port_base else 0))
-    listener.listen(args.world)
+    listeners = {False: _listen(args, args.ip)}
+    if args.nvlink_ip:
+        listeners[True] = _listen(args, args.nvlink_ip)
     control = Control(args.control)
-    control.send({"hello": args.rank, "port": listener.getsockname()[1]})
+    control.send({"hello": args.rank, "port": listeners[False].getsockname()[1],
+                  **({"nvport": listeners[True].getsockname()[1]} if args.nvlink_ip else {})})
     peers = control.recv()["peers"]
-    conns = connect_mesh(args, listener, peers)
-    listener.close()
+    conns = connect_mesh(args, listeners, peers)
+    for listener in listeners.values():
+        listener.close()
     control.send({"connected": len(conns)})
-    link = (ControllerLink(args.controller, args.ip, [ip for ip, _ in peers], args.declare, args.job, args.rank)
-            if args.controller else None)
+    nvlink_peers = frozenset(p for p in range(args.world) if p != args.rank and same_server(peers, args.rank, p))
+    link = (ControllerLink(args.controller, args.ip, [peer[0] for peer in peers], args.declare, args.job, args.rank,
+                           nvlink_peers=nvlink_peers) if args.controller else None)
     delay, stop = ComputeDelay(), threading.Event()
     if args.faults_file:
         threading.Thread(target=follow_faults, args=(args.faults_file, delay, stop), daemon=True).start()

@@ -12,13 +12,31 @@ same tests. Offsets and lengths are in elements of the buffer.
   algorithm; partners at distance 1, 2, 4, … so the largest exchanges stay between neighbouring
   ranks (the same leaf, with the default rank order). A world size that is not a power of two
   folds the first 2·(n - 2^k) ranks in pairs first and unfolds them at the end.
+
+Two more for multi-GPU servers, given `local` = G GPUs per server with the ranks server-major
+(rank = server·G + the GPU's index, its rail); with G = 1 both are the ring:
+- rings: NCCL's multi-channel, rail-aware ring — G channels, each a ring over 1/G of the buffer
+  whose order snakes through the servers (forward in one, backward in the next) starting at GPU c
+  in channel c, so each ring leaves a server on one rail and enters the next on the same rail:
+  every rail carries two channels' crossings, the rest runs over NVLink.
+- hier: hierarchical all-reduce — a reduce-scatter ring over NVLink inside each server, a ring
+  all-reduce of each GPU's 1/G share with the same GPU of every other server (over its rail), an
+  all-gather ring over NVLink; chunks flow through all three at once (the executor pipelines by
+  dependency), so NVLink and the NICs work together. Each NIC sends 2(N-1)/N · S/G, against the
+  ring's 2(n-1)/n · S over the slowest edge (N servers, n = N·G ranks).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-ALGORITHMS = ("ring", "tree", "hd")
+FLAT = ("ring", "tree", "hd")  # blind to servers
+ALGORITHMS = (*FLAT, "rings", "hier")
+
+
+def algorithms_for(local: int) -> tuple[str, ...]:
+    """The algorithms worth trying with `local` GPUs per server (rings and hier are the ring at 1)."""
+    return ALGORITHMS if local > 1 else FLAT
 
 
 @dataclass(frozen=True)
@@ -50,20 +68,54 @@ def split(start: int, stop: int, parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def ring(n: int, rank: int, count: int) -> list[Op]:
-    segs = split(0, count, n)
-    nxt, prv = (rank + 1) % n, (rank - 1) % n
-    ops = []
-    for s in range(n - 1):  # reduce-scatter: rank r ends up owning segment (r + 1) mod n
-        ops.append(Op(s, True, nxt, *segs[(rank - s) % n]))
-        ops.append(Op(s, False, prv, *segs[(rank - s - 1) % n], reduce=True))
-    for s in range(n - 1):  # all-gather
-        ops.append(Op(n - 1 + s, True, nxt, *segs[(rank + 1 - s) % n]))
-        ops.append(Op(n - 1 + s, False, prv, *segs[(rank - s) % n]))
+def _ring(order: list[int], rank: int, lo: int, hi: int, step0: int = 0, scatter: bool = True,
+          gather: bool = True) -> list[Op]:
+    """`rank`'s ops in a ring over the ranks `order` on elements [lo, hi): a reduce-scatter (after it,
+    position p owns segment (p + 1) mod n) and an all-gather, their steps numbered from step0."""
+    n, pos = len(order), order.index(rank)
+    segs = split(lo, hi, n)
+    nxt, prv = order[(pos + 1) % n], order[(pos - 1) % n]
+    ops, step = [], step0
+    for s in range(n - 1 if scatter else 0):
+        ops.append(Op(step, True, nxt, *segs[(pos - s) % n]))
+        ops.append(Op(step, False, prv, *segs[(pos - s - 1) % n], reduce=True))
+        step += 1
+    for s in range(n - 1 if gather else 0):
+        ops.append(Op(step, True, nxt, *segs[(pos + 1 - s) % n]))
+        ops.append(Op(step, False, prv, *segs[(pos - s) % n]))
+        step += 1
     return ops
 
 
-def tree(n: int, rank: int, count: int) -> list[Op]:
+def ring(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
+    return _ring(list(range(n)), rank, 0, count)
+
+
+def rail_rings(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
+    servers = n // local
+    ops: list[Op] = []
+    for c, (lo, hi) in enumerate(split(0, count, local)):
+        order = []
+        for k in range(servers):
+            gpus = [(c + i) % local for i in range(local)]
+            order += [k * local + g for g in (reversed(gpus) if k % 2 else gpus)]
+        ops += _ring(order, rank, lo, hi)
+    # step-major across channels: both ends of a connection list its pieces in the same order, and
+    # one channel's pieces do not wait behind another's whole ring
+    return sorted(ops, key=lambda op: op.step)
+
+
+def hierarchical(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
+    server, gpu = divmod(rank, local)
+    mine = [server * local + i for i in range(local)]
+    rail = [k * local + gpu for k in range(n // local)]
+    lo, hi = split(0, count, local)[(gpu + 1) % local]  # the share the reduce-scatter leaves this GPU
+    return (_ring(mine, rank, 0, count, gather=False)
+            + _ring(rail, rank, lo, hi, step0=local - 1)
+            + _ring(mine, rank, 0, count, step0=local - 1 + 2 * (len(rail) - 1), scatter=False))
+
+
+def tree(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
     levels = max(1, (n - 1).bit_length())
     ops = []
     for k in range(levels):  # reduce towards rank 0
@@ -81,7 +133,7 @@ def tree(n: int, rank: int, count: int) -> list[Op]:
     return ops
 
 
-def halving_doubling(n: int, rank: int, count: int) -> list[Op]:
+def halving_doubling(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
     p = 1 << (n.bit_length() - 1)  # the largest power of two <= n
     extra = n - p
     ops: list[Op] = []
@@ -121,20 +173,23 @@ def halving_doubling(n: int, rank: int, count: int) -> list[Op]:
     return ops
 
 
-SCHEDULES = {"ring": ring, "tree": tree, "hd": halving_doubling}
+SCHEDULES = {"ring": ring, "tree": tree, "hd": halving_doubling, "rings": rail_rings, "hier": hierarchical}
 
 
-def schedule(algo: str, n: int, rank: int, count: int) -> list[Op]:
-    """The ops of `rank` in an all-reduce of `count` elements over `n` ranks; empty ops dropped."""
+def schedule(algo: str, n: int, rank: int, count: int, local: int = 1) -> list[Op]:
+    """The ops of `rank` in an all-reduce of `count` elements over `n` ranks, `local` of them per
+    server (server-major); empty ops dropped."""
     if algo not in SCHEDULES:
         raise ValueError(f"algo: unknown all-reduce algorithm {algo!r} (one of {', '.join(ALGORITHMS)})")
     if n < 1:
         raise ValueError(f"world size must be >= 1, got {n}")
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} is outside a world of {n}")
+    if local < 1 or n % local:
+        raise ValueError(f"local: {local} GPUs per server do not divide a world of {n}")
     if n == 1:
         return []
-    return [op for op in SCHEDULES[algo](n, rank, count) if op.count > 0]
+    return [op for op in SCHEDULES[algo](n, rank, count, local) if op.count > 0]
 
 
 def bytes_sent(ops: list[Op], itemsize: int = 4) -> dict[int, int]:

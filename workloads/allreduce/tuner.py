@@ -18,7 +18,7 @@ from typing import Any
 
 from emulation.rundir import RUNS
 from workloads.allreduce.launcher import AllReduceJob, SizeResult, format_table
-from workloads.allreduce.schedule import ALGORITHMS
+from workloads.allreduce.schedule import FLAT, algorithms_for
 from workloads.hosts import format_size
 
 DEFAULT_CACHE = RUNS / "tuner-cache.json"
@@ -62,7 +62,7 @@ class TunerCache:
         tmp.replace(self.path)
 
 
-def candidates(size_bytes: int, algos: Sequence[str] = ALGORITHMS,
+def candidates(size_bytes: int, algos: Sequence[str] = FLAT,
                chunks: Sequence[int] = CANDIDATE_CHUNKS) -> list[tuple[str, int]]:
     """Every (algorithm, chunk) pair; chunks larger than the message collapse into one (the message)."""
     out: list[tuple[str, int]] = []
@@ -77,11 +77,12 @@ def candidates(size_bytes: int, algos: Sequence[str] = ALGORITHMS,
 
 
 def tune(job: AllReduceJob, size_bytes: int, key: str, cache: TunerCache, out_dir: Path, iters: int = 2,
-         algos: Sequence[str] = ALGORITHMS, chunks: Sequence[int] = CANDIDATE_CHUNKS,
+         algos: Sequence[str] | None = None, chunks: Sequence[int] = CANDIDATE_CHUNKS,
          progress: Callable[[str], None] | None = None) -> tuple[Pick, list[SizeResult]]:
-    """Measure every candidate, store and return the fastest (and the sweep)."""
+    """Measure every candidate (algos: default, those worth trying on the job's servers), store and
+    return the fastest (and the sweep)."""
     results = []
-    todo = candidates(size_bytes, algos, chunks)
+    todo = candidates(size_bytes, algos or algorithms_for(job.local or 1), chunks)
     for i, (algo, chunk) in enumerate(todo, 1):
         if progress:
             progress(f"tuner: {format_size(size_bytes)} candidate {i}/{len(todo)}: {algo} chunk {format_size(chunk)}")

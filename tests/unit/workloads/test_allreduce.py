@@ -15,12 +15,12 @@ from workloads.allreduce.data import count_wrong, expected_sum, rank_data
 from workloads.allreduce.executor import Executor, cut
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.allreduce.launcher import AllReduceJob, SizeResult, size_range
-from workloads.allreduce.schedule import ALGORITHMS, bytes_sent, schedule, split
+from workloads.allreduce.schedule import ALGORITHMS, algorithms_for, bytes_sent, schedule, split
 from workloads.allreduce.tuner import TunerCache, candidates
 from workloads.hosts import JobError, LocalSpawner, local_endpoints, parse_size
 
 
-def run_in_threads(algo: str, n: int, count: int, chunk: int, seed: int = 3) -> list[np.ndarray]:
+def run_in_threads(algo: str, n: int, count: int, chunk: int, seed: int = 3, local: int = 1) -> list[np.ndarray]:
     pairs = {}
     for a in range(n):
         for b in range(a + 1, n):
@@ -28,7 +28,7 @@ def run_in_threads(algo: str, n: int, count: int, chunk: int, seed: int = 3) -> 
     bufs = [rank_data(count, seed, r) for r in range(n)]
 
     def rank(r: int) -> None:
-        ops = schedule(algo, n, r, count)
+        ops = schedule(algo, n, r, count, local)
         Executor(cut(ops, chunk), {p: pairs[(r, p)] for p in {op.peer for op in ops}}, chunk).run(bufs[r])
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
@@ -48,6 +48,35 @@ def test_every_algorithm_sums_exactly_for_odd_sizes(algo, n):
         expected = expected_sum(count, 3, n)
         for r, buf in enumerate(run_in_threads(algo, n, count, chunk)):
             assert count_wrong(buf, expected) == 0, (algo, n, count, chunk, r)
+
+
+@pytest.mark.parametrize("algo", ["rings", "hier"])
+@pytest.mark.parametrize(("servers", "local"), [(1, 2), (2, 2), (3, 2), (2, 3), (2, 4), (3, 3), (4, 1)])
+def test_server_aware_algorithms_sum_exactly_on_every_layout(algo, servers, local):
+    n = servers * local
+    for count, chunk in ((1, 1), (7, 2), (1001, 64), (12345, 1000)):
+        expected = expected_sum(count, 3, n)
+        for r, buf in enumerate(run_in_threads(algo, n, count, chunk, local=local)):
+            assert count_wrong(buf, expected) == 0, (algo, servers, local, count, chunk, r)
+
+
+def test_hier_sends_each_nic_2_n_minus_1_over_n_of_a_gpus_share_and_rings_cross_on_one_rail():
+    servers, local, count = 2, 4, 8000
+    n = servers * local
+
+    def fabric_bytes(algo: str, r: int) -> int:  # to GPUs of other servers: through the NIC
+        sent = bytes_sent(schedule(algo, n, r, count, local))
+        return sum(b for peer, b in sent.items() if peer // local != r // local)
+
+    for r in range(n):
+        assert fabric_bytes("hier", r) == 2 * (servers - 1) * count // local // servers * 4
+        assert fabric_bytes("ring", 3) == 2 * (n - 1) * count // n * 4  # the flat ring's crossing rank: all of it
+        crossings = {peer for peer in bytes_sent(schedule("rings", n, r, count, local)) if peer // local != r // local}
+        assert all(peer % local == r % local for peer in crossings)  # rail-aware: to the same GPU index
+    assert sum(fabric_bytes("rings", r) for r in range(n)) == sum(fabric_bytes("ring", r) for r in range(n))
+    with pytest.raises(ValueError, match="local: 3 GPUs per server"):
+        schedule("hier", 8, 0, 10, local=3)
+    assert algorithms_for(1) == ("ring", "tree", "hd") and "hier" in algorithms_for(4)
 
 
 def test_a_wrong_element_is_counted():
