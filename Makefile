@@ -112,6 +112,7 @@ bench: deps
 	$(PY) bench/failover.py
 	$(PY) bench/paths_reaction.py
 	$(PY) bench/own_jobs.py
+	$(PY) bench/collectives.py
 
 # ruff, mypy on the packages (untyped defs refused) and the layers' import contracts (import-linter:
 # imports only downward, no circle); config in pyproject.toml. Part of `make test`.

@@ -16,6 +16,8 @@ Evidence, per kind of fault:
   does; its peers only wait for it, which no network evidence above mistakes for a fault.
 
 Targets are what a fault is pinned to: ``link s1-s3`` (ends sorted), ``switch s3`` or ``host h3``.
+On multi-GPU servers the evidence starts with what the target is there: ``GPU h3 of srv1 (rail s5)``
+for the host, ``NIC of GPU h3 of srv1 (rail s5)`` for its link to the rail's leaf.
 Pure logic fed with readings and times; the controller drives it (controller/diagnosis.py), the tests
 drive it with data.
 """
@@ -81,6 +83,12 @@ class Localizer:
         self.directions: list[tuple[Port, Port, float]] = []
         self.capacity: dict[Port, float] = {}
         self.peer: dict[Port, str] = {}
+        self.in_servers: dict[str, str] = {}  # target → what it is on a multi-GPU server
+        for server in self.topo.servers:
+            for gpu in server.gpus:
+                rail = self.topo.host_link(gpu).other(gpu)
+                self.in_servers[f"host {gpu}"] = f"GPU {gpu} of {server.name} (rail {rail})"
+                self.in_servers[self.link_target(gpu, rail)] = f"NIC of GPU {gpu} of {server.name} (rail {rail})"
         for link in self.topo.links:
             ends = ((link.a, link.a_port, link.b, link.b_port), (link.b, link.b_port, link.a, link.a_port))
             for a, ap, b, bp in ends:
@@ -123,6 +131,8 @@ class Localizer:
         found += self._slow_hosts(now)
         merged: dict[tuple[str, str], Suspect] = {}
         for s in found:  # one suspect per target and fault: the strongest evidence
+            if s.target in self.in_servers:
+                s.evidence = f"{self.in_servers[s.target]}: {s.evidence}"
             key = (s.target, s.fault)
             if key not in merged or s.score > merged[key].score:
                 merged[key] = s

@@ -4,11 +4,12 @@ and lookup by name.
 Names accepted by ``topology_by_name``: ``leafspine`` (2 spines, 2 leaves, 4 hosts per leaf),
 ``leafspine:S,L,H``, ``fattree`` (k=4), ``fattree:K``, ``dumbbell`` (n=2), ``dumbbell:N``,
 ``railopt`` (2 servers of 4 GPUs, 2 spines, NVLink 8x the NIC), ``railopt:SERVERS,GPUS,SPINES[,RATIO]``,
-or a path to a YAML file.
+or a path to a YAML file. Arguments may be named (``railopt:servers=4,gpus=4``, ``fattree:k=4``).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -139,11 +140,30 @@ def topology_by_name(spec: str) -> Topology:
     """A generator name with optional integer arguments (``fattree:4``) or a YAML file path."""
     base, _, args = spec.partition(":")
     if base in GENERATORS:
+        generator = GENERATORS[base]
+        names = list(inspect.signature(generator).parameters)
+        positional: list[float] = []
+        named: dict[str, float] = {}
+        for arg in (a.strip() for a in args.split(",") if a.strip()):
+            key, _, value = arg.rpartition("=")
+            if key and key not in names:
+                raise TopologyError(f"topology {spec!r}: {base} has no parameter {key!r} ({', '.join(names)})")
+            if not key and named:
+                raise TopologyError(f"topology {spec!r}: a positional argument after a named one")
+            try:
+                number = float(value) if "." in value else int(value)
+            except ValueError:
+                raise TopologyError(f"topology {spec!r}: {arg!r} is not a number") from None
+            if key:
+                named[key] = number
+            else:
+                positional.append(number)
+        if len(positional) > len(names):
+            raise TopologyError(f"topology {spec!r}: {base} takes at most {len(names)} arguments ({', '.join(names)})")
         try:
-            numbers = [int(a) for a in args.split(",") if a.strip()] if args else []
-        except ValueError:
-            raise TopologyError(f"topology {spec!r}: arguments must be integers") from None
-        return GENERATORS[base](*numbers)
+            return generator(*positional, **named)
+        except TypeError as exc:  # the same parameter given twice
+            raise TopologyError(f"topology {spec!r}: {exc}") from None
     path = Path(spec)
     if path.exists():
         return load_topology(path)

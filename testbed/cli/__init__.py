@@ -34,7 +34,9 @@ def banner(tb: Testbed) -> str:
         f"  Prometheus metrics: {tb.metrics_url or 'not served'}",
         f"  live page: {tb.live_url or 'not served'} (a browser on this machine; README: Live page)",
         "  try: pingall | iperf h1 h8 | h1 ping -c3 h8 | switches | queues s3 | int s3 | advice | mode advice",
-        "       allreduce h1 h2 h5 h6 size=8M algo=ring|tree|hd|rings|hier|auto iters=5 [bg] | incast h5 h1 h2 h3 size=1M",
+        "       allreduce h1 h2 h5 h6 size=8M algo=ring|tree|hd|auto iters=5 [bg] | incast h5 h1 h2 h3 size=1M",
+        *(["       allreduce all algo=rings|hier (GPUs server by server; rail-aware ring, NVLink+NET) | servers"]
+          if topo.servers else []),
         "       flows all load=0.3 seconds=10 [bg] | job all -- {python} examples/ddp_train.py [bg] | jobs",
         "       fidelity | exit",
     ]

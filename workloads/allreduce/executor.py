@@ -3,7 +3,8 @@
 Each op is cut into pieces of at most `chunk` elements. A piece waits only for the pieces of
 earlier steps that touch the same elements (a send for the receives that produced its data; a
 receive for earlier writes and reads of what it overwrites), so chunk k of step s+1 leaves as soon
-as chunk k of step s is reduced: the ring and the tree pipeline across steps as NCCL does.
+as chunk k of step s is reduced: the ring and the tree pipeline across steps as NCCL does (a
+`serial` op also waits for every piece of the phases before it: hier-serial's baseline).
 
 Per peer there is one sender and one receiver thread, each working through its pieces in schedule
 order; both ends of a connection list the same pieces in the same order, so the byte stream needs
@@ -50,8 +51,10 @@ def cut(ops: list[Op], chunk: int) -> list[Piece]:
     writer: list[int | None] = [None] * len(bounds)  # per elementary interval [bounds[i], bounds[i+1])
     readers: list[list[int]] = [[] for _ in bounds]
     by_step: dict[int, list[int]] = {}
+    by_phase: dict[int, list[int]] = {}
     for i, p in enumerate(pieces):
         by_step.setdefault(p.op.step, []).append(i)
+        by_phase.setdefault(p.op.phase, []).append(i)
     for step in sorted(by_step):
         members = by_step[step]
         spans = {i: range(bisect.bisect_left(bounds, pieces[i].start), bisect.bisect_left(bounds, pieces[i].stop))
@@ -64,6 +67,9 @@ def cut(ops: list[Op], chunk: int) -> list[Piece]:
                     deps.add(w)
                 if not pieces[i].op.send:
                     deps.update(readers[e])
+            if pieces[i].op.serial:  # the whole phase before, on this rank, first
+                deps.update(j for phase, members_of in by_phase.items() if phase < pieces[i].op.phase
+                            for j in members_of)
             pieces[i].deps = sorted(deps)
         for i in members:
             for e in spans[i]:

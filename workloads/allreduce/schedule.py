@@ -24,6 +24,8 @@ Two more for multi-GPU servers, given `local` = G GPUs per server with the ranks
   all-gather ring over NVLink; chunks flow through all three at once (the executor pipelines by
   dependency), so NVLink and the NICs work together. Each NIC sends 2(N-1)/N · S/G, against the
   ring's 2(n-1)/n · S over the slowest edge (N servers, n = N·G ranks).
+- hier-serial: hier with each phase waiting for the whole of the one before on this rank — the
+  baseline that shows what pipelining NVLink and NET gains (not a candidate for the tuner).
 """
 
 from __future__ import annotations
@@ -31,19 +33,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 FLAT = ("ring", "tree", "hd")  # blind to servers
-ALGORITHMS = (*FLAT, "rings", "hier")
+ALGORITHMS = (*FLAT, "rings", "hier", "hier-serial")
 
 
 def algorithms_for(local: int) -> tuple[str, ...]:
     """The algorithms worth trying with `local` GPUs per server (rings and hier are the ring at 1)."""
-    return ALGORITHMS if local > 1 else FLAT
+    return (*FLAT, "rings", "hier") if local > 1 else FLAT
 
 
 @dataclass(frozen=True)
 class Op:
     """step: the algorithm's step (ops of one step may run at once); send: True to send the
     elements [start, stop) to peer, False to receive them from peer; reduce: a receive adds into
-    the buffer (else it overwrites)."""
+    the buffer (else it overwrites); phase: the algorithm's phase (hier: NVLink, NET, NVLink);
+    serial: the op waits until this rank has done every op of the phase before."""
 
     step: int
     send: bool
@@ -51,6 +54,8 @@ class Op:
     start: int
     stop: int
     reduce: bool = False
+    phase: int = 0
+    serial: bool = False
 
     @property
     def count(self) -> int:
@@ -69,7 +74,7 @@ def split(start: int, stop: int, parts: int) -> list[tuple[int, int]]:
 
 
 def _ring(order: list[int], rank: int, lo: int, hi: int, step0: int = 0, scatter: bool = True,
-          gather: bool = True) -> list[Op]:
+          gather: bool = True, phase: int = 0, serial: bool = False) -> list[Op]:
     """`rank`'s ops in a ring over the ranks `order` on elements [lo, hi): a reduce-scatter (after it,
     position p owns segment (p + 1) mod n) and an all-gather, their steps numbered from step0."""
     n, pos = len(order), order.index(rank)
@@ -77,12 +82,12 @@ def _ring(order: list[int], rank: int, lo: int, hi: int, step0: int = 0, scatter
     nxt, prv = order[(pos + 1) % n], order[(pos - 1) % n]
     ops, step = [], step0
     for s in range(n - 1 if scatter else 0):
-        ops.append(Op(step, True, nxt, *segs[(pos - s) % n]))
-        ops.append(Op(step, False, prv, *segs[(pos - s - 1) % n], reduce=True))
+        ops.append(Op(step, True, nxt, *segs[(pos - s) % n], phase=phase, serial=serial))
+        ops.append(Op(step, False, prv, *segs[(pos - s - 1) % n], reduce=True, phase=phase, serial=serial))
         step += 1
     for s in range(n - 1 if gather else 0):
-        ops.append(Op(step, True, nxt, *segs[(pos + 1 - s) % n]))
-        ops.append(Op(step, False, prv, *segs[(pos - s) % n]))
+        ops.append(Op(step, True, nxt, *segs[(pos + 1 - s) % n], phase=phase, serial=serial))
+        ops.append(Op(step, False, prv, *segs[(pos - s) % n], phase=phase, serial=serial))
         step += 1
     return ops
 
@@ -105,14 +110,19 @@ def rail_rings(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
     return sorted(ops, key=lambda op: op.step)
 
 
-def hierarchical(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
+def hierarchical(n: int, rank: int, count: int, local: int = 1, serial: bool = False) -> list[Op]:
     server, gpu = divmod(rank, local)
     mine = [server * local + i for i in range(local)]
     rail = [k * local + gpu for k in range(n // local)]
     lo, hi = split(0, count, local)[(gpu + 1) % local]  # the share the reduce-scatter leaves this GPU
     return (_ring(mine, rank, 0, count, gather=False)
-            + _ring(rail, rank, lo, hi, step0=local - 1)
-            + _ring(mine, rank, 0, count, step0=local - 1 + 2 * (len(rail) - 1), scatter=False))
+            + _ring(rail, rank, lo, hi, step0=local - 1, phase=1, serial=serial)
+            + _ring(mine, rank, 0, count, step0=local - 1 + 2 * (len(rail) - 1), scatter=False, phase=2,
+                    serial=serial))
+
+
+def hierarchical_serial(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
+    return hierarchical(n, rank, count, local, serial=True)
 
 
 def tree(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
@@ -173,7 +183,8 @@ def halving_doubling(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
     return ops
 
 
-SCHEDULES = {"ring": ring, "tree": tree, "hd": halving_doubling, "rings": rail_rings, "hier": hierarchical}
+SCHEDULES = {"ring": ring, "tree": tree, "hd": halving_doubling, "rings": rail_rings, "hier": hierarchical,
+             "hier-serial": hierarchical_serial}
 
 
 def schedule(algo: str, n: int, rank: int, count: int, local: int = 1) -> list[Op]:

@@ -4,7 +4,7 @@ a suspect becomes an alert only when it persists, and a healthy busy fabric rais
 from __future__ import annotations
 
 from controller.localizer import Localizer
-from topologies import leafspine
+from topologies import leafspine, railopt
 
 TOPO = leafspine()  # 20 Mbit/s links
 S3_S1 = TOPO.find_link("s3", "s1")
@@ -122,6 +122,19 @@ def test_a_host_whose_own_work_per_step_dwarfs_its_peers_is_a_slow_host():
     assert (top.target, top.fault, top.alert) == ("host h3", "slow-host", True)
     assert "40.0 ms" in top.evidence and "0.30 ms" in top.evidence
     assert [s.target for _, s in loc.alerts] == ["host h3"]
+
+
+def test_on_multi_gpu_servers_the_evidence_names_the_gpu_its_server_and_rail():
+    topo = railopt(servers=2, gpus=2, spines=1)  # rails s2 (h1, h3), s3 (h2, h4)
+    loc = Localizer(topo)
+    for t in range(6):
+        for h in topo.hosts:
+            loc.add_steps(float(t), h.name, [0.04 if h.name == "h3" and t >= 2 else 0.0003] * 7)
+        loc.update(float(t), {}, {frozenset(("h2", "s3"))}, {}, {})
+    found = {s.target: s.evidence for s in loc.ranked()}
+    assert found["host h3"].startswith("GPU h3 of srv2 (rail s2): its ranks' own work"), found
+    assert found["link h2-s3"].startswith("NIC of GPU h2 of srv1 (rail s3): carrier lost"), found
+    assert "GPU" not in "".join(s.evidence for s in run(Localizer(TOPO), 2, down={frozenset(("h1", "s3"))}))
 
 
 def test_step_timings_age_out_and_a_lone_or_uniformly_slow_set_of_hosts_is_no_suspect():

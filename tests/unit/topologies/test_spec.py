@@ -209,3 +209,15 @@ def test_servers_from_yaml_take_the_default_ratio_or_their_own():
 def test_bad_servers_are_named_by_field(old, new, message):
     with pytest.raises(TopologyError, match=message):
         parse_topology(SERVERS.replace(old, new), "servers.yaml")
+
+
+def test_generator_arguments_may_be_named_and_bad_ones_are_named_in_the_error():
+    topo = topology_by_name("railopt:servers=4,gpus=4")
+    assert (len(topo.servers), len(topo.hosts), topo.name) == (4, 16, "railopt-4x4x2")
+    assert topology_by_name("railopt:2,2,1,nvlink_ratio=2.5").servers[0].nvlink_ratio == 2.5
+    for spec, message in (("railopt:cpus=2", "railopt has no parameter 'cpus'"),
+                          ("railopt:servers=x", "'servers=x' is not a number"),
+                          ("railopt:gpus=2,3", "a positional argument after a named one"),
+                          ("dumbbell:1,2,3,4", "dumbbell takes at most 3 arguments")):
+        with pytest.raises(TopologyError, match=message):
+            topology_by_name(spec)

@@ -50,7 +50,7 @@ def test_every_algorithm_sums_exactly_for_odd_sizes(algo, n):
             assert count_wrong(buf, expected) == 0, (algo, n, count, chunk, r)
 
 
-@pytest.mark.parametrize("algo", ["rings", "hier"])
+@pytest.mark.parametrize("algo", ["rings", "hier", "hier-serial"])
 @pytest.mark.parametrize(("servers", "local"), [(1, 2), (2, 2), (3, 2), (2, 3), (2, 4), (3, 3), (4, 1)])
 def test_server_aware_algorithms_sum_exactly_on_every_layout(algo, servers, local):
     n = servers * local
@@ -77,6 +77,18 @@ def test_hier_sends_each_nic_2_n_minus_1_over_n_of_a_gpus_share_and_rings_cross_
     with pytest.raises(ValueError, match="local: 3 GPUs per server"):
         schedule("hier", 8, 0, 10, local=3)
     assert algorithms_for(1) == ("ring", "tree", "hd") and "hier" in algorithms_for(4)
+
+
+def test_hier_serial_waits_for_the_whole_phase_before_and_hier_for_its_chunk_only():
+    count, chunk, local = 8000, 500, 2
+
+    def first_net_send_deps(algo: str) -> list[int]:
+        pieces = cut(schedule(algo, 4, 0, count, local), chunk)
+        first = next(p for p in pieces if p.op.phase == 1 and p.op.send)
+        return [pieces[d].op.phase for d in first.deps]
+
+    assert first_net_send_deps("hier") == [0]  # the NVLink reduce of its own chunk
+    assert len(first_net_send_deps("hier-serial")) == 2 * count // local // chunk  # every NVLink piece
 
 
 def test_a_wrong_element_is_counted():
