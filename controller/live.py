@@ -61,7 +61,7 @@ def missing_libraries(web_dir: Path = WEB_DIR) -> list[str]:
 
 def topology_view(topo: Topology) -> dict[str, Any]:
     """Nodes and links to draw: hosts at the bottom, each switch one tier above the nearest host,
-    a tier's nodes in order of the hosts below them."""
+    a tier's nodes in order of the hosts below them; multi-GPU servers as boxes round their GPUs."""
     level = {h.name: 0 for h in topo.hosts}
     frontier = [h.name for h in topo.hosts]
     while frontier:
@@ -90,11 +90,15 @@ def topology_view(topo: Topology) -> dict[str, Any]:
         step = width * 90 / len(names)
         for i, name in enumerate(names):
             role = "host" if topo.is_host(name) else next(s.role for s in topo.switches if s.name == name)
+            server = topo.server_of(name)
             nodes.append({"name": name, "kind": "host" if lv == 0 else "switch", "role": role, "tier": lv,
-                          "x": round(step * (i + 0.5)), "y": (max(tiers) - lv) * 130})
+                          "x": round(step * (i + 0.5)), "y": (max(tiers) - lv) * 130,
+                          "server": server.name if server else None})
     links = [{"id": f"{link.a}-{link.b}", "a": link.a, "b": link.b, "a_port": link.a_port, "b_port": link.b_port,
               "capacity_bps": link.capacity_mbps * 1e6} for link in topo.links]
-    return {"name": topo.name, "nodes": nodes, "links": links, "stale_s": STALE_S}
+    servers = [{"name": sv.name, "gpus": list(sv.gpus), "nvlink_bps": topo.nvlink_mbps(sv.gpus[0]) * 1e6}
+               for sv in topo.servers]
+    return {"name": topo.name, "nodes": nodes, "links": links, "servers": servers, "stale_s": STALE_S}
 
 
 def link_text(a: str, b: str, up: bool) -> str:

@@ -37,8 +37,14 @@ async function start() {
   text("title", `StarNet live — ${topo.name}`);
   live.topology = topo;
   const elements = [];
+  for (const sv of topo.servers || []) {  // a multi-GPU server: a box round its GPUs (NVLink inside it)
+    elements.push({ group: "nodes", data: { id: sv.name, kind: "server",
+                                            label: `${sv.name} · NVLink ${(sv.nvlink_bps / 1e6).toFixed(0)} Mbit/s` } });
+  }
   for (const n of topo.nodes) {
-    elements.push({ group: "nodes", data: { id: n.name, kind: n.kind, role: n.role }, position: { x: n.x, y: n.y } });
+    const data = { id: n.name, kind: n.kind, role: n.role, label: n.name };
+    if (n.server) data.parent = n.server;
+    elements.push({ group: "nodes", data, position: { x: n.x, y: n.y } });
   }
   for (const l of topo.links) {
     elements.push({ group: "edges", data: { id: l.id, source: l.a, target: l.b, colour: BANDS[0][1], qa: "", qb: "" } });
@@ -46,8 +52,13 @@ async function start() {
   live.cy = cytoscape({
     container: document.getElementById("graph"), elements, layout: { name: "preset", padding: 30 },
     style: [
-      { selector: "node", style: { label: "data(id)", "text-valign": "center", "font-size": 11, color: "#fff",
+      { selector: "node", style: { label: "data(label)", "text-valign": "center", "font-size": 11, color: "#fff",
                                    "background-color": "#3c4a58", width: 34, height: 34 } },
+      { selector: "node[kind = 'server']", style: { shape: "round-rectangle", "background-color": "#8fb3d9",
+                                                    "background-opacity": 0.15, "border-width": 1,
+                                                    "border-style": "dashed", "border-color": "#1f5f99",
+                                                    "text-valign": "bottom", "text-margin-y": 4, color: "#1d2733",
+                                                    padding: 8 } },
       { selector: "node[kind = 'switch']", style: { shape: "round-rectangle", width: 44, "background-color": "#1f5f99" } },
       { selector: "node.suspect", style: { "border-width": 4, "border-color": "#d0312d" } },
       { selector: "edge", style: { width: 5, "line-color": "data(colour)", "curve-style": "straight",

@@ -23,7 +23,7 @@ from emulation.net import Testbed
 from emulation.traffic import iperf3_tcp, start_iperf3_server
 from tests.integration.helpers import wait_until
 from tests.unit.controller.test_live import Fabric
-from topologies import leafspine
+from topologies import leafspine, railopt
 from wire import runfiles
 from wire.adviceclient import diagnose
 from wire.fidelity import read_records
@@ -82,6 +82,25 @@ def test_the_page_draws_what_a_frame_says(browser, tmp_path):
         page.evaluate(f"{edge}.emit('tap')")
         page.wait_for_selector("#series canvas", timeout=5000)
         assert "s3 → s1" in page.inner_text("#selected")
+        assert errors == [] and requests == [], (errors, requests)
+        page.close()
+    finally:
+        server.stop()
+
+
+def test_multi_gpu_servers_are_boxes_round_their_gpus(browser, tmp_path):
+    server = LiveServer(Fabric().read, railopt(servers=2, gpus=2, spines=2),
+                        frames=following(None, tmp_path / runfiles.FAULTS)).start()
+    try:
+        page, errors, requests = opened(browser, f"http://127.0.0.1:{server.server_port}/")
+        cy = "window.starnetLive.cy"
+        parents = page.evaluate(f"['h1', 'h2', 'h3', 'h4'].map((n) => {cy}.getElementById(n).parent().id())")
+        assert parents == ["srv1", "srv1", "srv2", "srv2"]
+        assert page.evaluate(f"{cy}.getElementById('srv1').data('label')") == "srv1 · NVLink 160 Mbit/s"
+        box = page.evaluate(f"{cy}.getElementById('srv1').boundingBox()")
+        gpu = page.evaluate(f"{cy}.getElementById('h2').boundingBox()")
+        assert box["x1"] < gpu["x1"] and gpu["x2"] < box["x2"]  # drawn round its GPUs
+        page.screenshot(path=str(tmp_path / "railopt.png"))
         assert errors == [] and requests == [], (errors, requests)
         page.close()
     finally:

@@ -6,12 +6,13 @@ receive for earlier writes and reads of what it overwrites), so chunk k of step 
 as chunk k of step s is reduced: the ring and the tree pipeline across steps as NCCL does (a
 `serial` op also waits for every piece of the phases before it: hier-serial's baseline).
 
-Per peer there is one sender and one receiver thread, each working through its pieces in schedule
-order; both ends of a connection list the same pieces in the same order, so the byte stream needs
-no framing. Every step's first start and last end are recorded, and how much of it was the rank's
-own work on the data (reduce or copy, after the data and its dependencies were there): a slow host
-shows there, whatever the network does (fault localisation, controller/localizer.py). An injected
-compute delay (`ComputeDelay`) lengthens that work, as a straggling GPU would.
+Per connection (a peer and a channel: the ops' `channel`) there is one sender and one receiver
+thread, each working through its pieces in schedule order; both ends of a connection list the same
+pieces in the same order, so the byte stream needs no framing. Every step's first start and last
+end are recorded, and how much of it was the rank's own work on the data (reduce or copy, after
+the data and its dependencies were there): a slow host shows there, whatever the network does
+(fault localisation, controller/localizer.py). An injected compute delay (`ComputeDelay`)
+lengthens that work, as a straggling GPU would.
 """
 
 from __future__ import annotations
@@ -111,10 +112,13 @@ def _recv_exact(sock: socket.socket, view: memoryview) -> None:
         got += n
 
 
-class Executor:
-    """Runs a rank's pieces over `conns` (peer rank → connected socket)."""
+Channel = tuple[int, int]  # (peer rank, channel): one connection
 
-    def __init__(self, pieces: list[Piece], conns: dict[int, socket.socket], chunk: int,
+
+class Executor:
+    """Runs a rank's pieces over `conns` ((peer rank, channel) → connected socket)."""
+
+    def __init__(self, pieces: list[Piece], conns: dict[Channel, socket.socket], chunk: int,
                  delay: ComputeDelay | None = None, on_piece: PieceDone | None = None) -> None:
         """delay: injected compute delay (a slow host); on_piece(piece, bytes, start, end, work): told of every
         piece as it completes, from the thread that moved it (step timings reported as they happen)."""
@@ -123,9 +127,9 @@ class Executor:
         self.chunk = chunk
         self.delay = delay or ComputeDelay()
         self.on_piece = on_piece
-        missing = {p.op.peer for p in pieces} - set(conns)
+        missing = {(p.op.peer, p.op.channel) for p in pieces} - set(conns)
         if missing:
-            raise ValueError(f"no connection to peer ranks {sorted(missing)}")
+            raise ValueError(f"no connection to (peer rank, channel) {sorted(missing)}")
 
     def run(self, buf: np.ndarray) -> list[StepTiming]:
         pieces = self.pieces
@@ -143,8 +147,8 @@ class Executor:
                     if failed.is_set():
                         raise PeerError("another transfer of this rank failed")
 
-        def sender(peer: int, mine: list[int]) -> None:
-            sock = self.conns[peer]
+        def sender(conn: Channel, mine: list[int]) -> None:
+            sock = self.conns[conn]
             for i in mine:
                 wait_deps(i)
                 p = pieces[i]
@@ -156,8 +160,8 @@ class Executor:
                 if self.on_piece:
                     self.on_piece(p, (p.stop - p.start) * itemsize, t0, end, 0.0)
 
-        def receiver(peer: int, mine: list[int]) -> None:
-            sock = self.conns[peer]
+        def receiver(conn: Channel, mine: list[int]) -> None:
+            sock = self.conns[conn]
             scratch = np.empty(self.chunk, dtype=buf.dtype)
             sview = memoryview(scratch).cast("B")  # type: ignore[arg-type]
             for i in mine:
@@ -180,23 +184,23 @@ class Executor:
                 if self.on_piece:
                     self.on_piece(p, n * itemsize, t0, end, work[i])
 
-        def guarded(target: Callable[[int, list[int]], None], peer: int, mine: list[int], what: str) -> None:
+        def guarded(target: Callable[[Channel, list[int]], None], conn: Channel, mine: list[int], what: str) -> None:
             try:
-                target(peer, mine)
+                target(conn, mine)
             except PeerError:
                 pass
             except (OSError, ConnectionError) as exc:
-                errors.append(f"{what} rank {peer}: {exc}")
+                errors.append(f"{what} rank {conn[0]}{f' (channel {conn[1]})' if conn[1] else ''}: {exc}")
                 failed.set()
 
         threads = []
-        for peer in sorted(self.conns):
-            sends = [i for i, p in enumerate(pieces) if p.op.peer == peer and p.op.send]
-            recvs = [i for i, p in enumerate(pieces) if p.op.peer == peer and not p.op.send]
+        for conn in sorted(self.conns):
+            sends = [i for i, p in enumerate(pieces) if (p.op.peer, p.op.channel) == conn and p.op.send]
+            recvs = [i for i, p in enumerate(pieces) if (p.op.peer, p.op.channel) == conn and not p.op.send]
             if sends:
-                threads.append(threading.Thread(target=guarded, args=(sender, peer, sends, "sending to"), daemon=True))
+                threads.append(threading.Thread(target=guarded, args=(sender, conn, sends, "sending to"), daemon=True))
             if recvs:
-                threads.append(threading.Thread(target=guarded, args=(receiver, peer, recvs, "receiving from"),
+                threads.append(threading.Thread(target=guarded, args=(receiver, conn, recvs, "receiving from"),
                                                 daemon=True))
         for t in threads:
             t.start()

@@ -31,12 +31,13 @@ import numpy as np
 from wire.faultsfile import Followed
 from workloads.allreduce.data import count_wrong, expected_sum, rank_data
 from workloads.allreduce.executor import ComputeDelay, Executor, PeerError, Piece, cut
-from workloads.allreduce.schedule import bytes_sent, schedule
+from workloads.allreduce.schedule import bytes_sent, channels_for, schedule
 from workloads.hosts import Control
 
 log = logging.getLogger("allreduce.rank")
-HELLO = struct.Struct("!I")
-MAX_PEERS = 50  # with --port-base: listeners on BASE..BASE+49, connections from BASE+50..BASE+99
+HELLO = struct.Struct("!II")  # rank, channel
+MAX_PEERS = 50  # with --port-base: listeners on BASE..BASE+49, connections from BASE+50..BASE+99 (channel 0;
+#                a second channel, between ranks of servers, from ephemeral ports)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -77,27 +78,30 @@ def _tune(sock: socket.socket, cc: str | None) -> None:
 
 
 def connect_mesh(args: argparse.Namespace, listeners: dict[bool, socket.socket],
-                 peers: list[list]) -> dict[int, socket.socket]:
-    """Rank r connects to every higher rank and accepts every lower one; over NVLink (listeners[True])
-    to the ranks of its own server, over the fabric (listeners[False]) to the others."""
-    conns: dict[int, socket.socket] = {}
+                 peers: list[list]) -> dict[tuple[int, int], socket.socket]:
+    """Rank r connects to every higher rank and accepts every lower one, channels_for(--local)
+    connections each; over NVLink (listeners[True]) to the ranks of its own server, over the fabric
+    (listeners[False]) to the others. Keyed (peer, channel)."""
+    channels = channels_for(args.local)
+    conns: dict[tuple[int, int], socket.socket] = {}
     for peer in range(args.rank + 1, args.world):
         nvlink = same_server(peers, args.rank, peer)
         ip, port = (peers[peer][3], peers[peer][4]) if nvlink else (peers[peer][0], peers[peer][1])
         address = (str(ip), int(port))  # JSON gives a list; sockets want a tuple
-        if args.port_base:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((args.nvlink_ip if nvlink else args.ip, args.port_base + MAX_PEERS + peer))
-            sock.settimeout(args.timeout_s)
-            sock.connect(address)
-        else:
-            sock = socket.create_connection(address, timeout=args.timeout_s)
-        _tune(sock, args.cc)
-        sock.sendall(HELLO.pack(args.rank))
-        conns[peer] = sock
+        for channel in range(channels):
+            if args.port_base and channel == 0:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((args.nvlink_ip if nvlink else args.ip, args.port_base + MAX_PEERS + peer))
+                sock.settimeout(args.timeout_s)
+                sock.connect(address)
+            else:
+                sock = socket.create_connection(address, timeout=args.timeout_s)
+            _tune(sock, args.cc)
+            sock.sendall(HELLO.pack(args.rank, channel))
+            conns[(peer, channel)] = sock
     for nvlink, listener in listeners.items():
-        expected = sum(1 for peer in range(args.rank) if same_server(peers, args.rank, peer) == nvlink)
+        expected = channels * sum(1 for peer in range(args.rank) if same_server(peers, args.rank, peer) == nvlink)
         listener.settimeout(args.timeout_s)
         for _ in range(expected):
             sock, _ = listener.accept()
@@ -109,8 +113,8 @@ def connect_mesh(args: argparse.Namespace, listeners: dict[bool, socket.socket],
                 if not chunk:
                     raise ConnectionError("a peer closed the connection before saying who it is")
                 data += chunk
-            (peer,) = HELLO.unpack(data)
-            conns[peer] = sock
+            peer, channel = HELLO.unpack(data)
+            conns[(peer, channel)] = sock
     return conns
 
 
@@ -228,14 +232,14 @@ def follow_faults(path: Path, delay: ComputeDelay, stop: threading.Event, period
 
 
 def _plan(plans: dict[tuple, tuple], key: tuple[int, str, int], args: argparse.Namespace,
-          conns: dict[int, socket.socket], delay: ComputeDelay,
+          conns: dict[tuple[int, int], socket.socket], delay: ComputeDelay,
           link: ControllerLink | None) -> tuple[Executor, dict[int, int]]:
     """The executor of (count, algo, chunk) and the bytes it sends, made once (one plan kept)."""
     if key not in plans:
         count, algo, chunk = key
         ops = schedule(algo, args.world, args.rank, count, args.local)
         plans.clear()
-        plans[key] = (Executor(cut(ops, chunk), {p: conns[p] for p in {op.peer for op in ops}}, chunk,
+        plans[key] = (Executor(cut(ops, chunk), {c: conns[c] for c in {(op.peer, op.channel) for op in ops}}, chunk,
                                delay, link.piece_done if link else None), bytes_sent(ops))
     return plans[key]
 

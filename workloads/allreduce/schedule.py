@@ -36,6 +36,16 @@ FLAT = ("ring", "tree", "hd")  # blind to servers
 ALGORITHMS = (*FLAT, "rings", "hier", "hier-serial")
 
 
+CHANNELS = 2  # connections per rank pair where servers hold several ranks (one elsewhere)
+
+
+def channels_for(local: int) -> int:
+    """Connections per rank pair with `local` ranks per server: hier's all-gather over NVLink runs on
+    a second one, so that it never waits behind the reduce-scatter of later chunks, nor they behind
+    it; rings spreads its channels over both."""
+    return CHANNELS if local > 1 else 1
+
+
 def algorithms_for(local: int) -> tuple[str, ...]:
     """The algorithms worth trying with `local` GPUs per server (rings and hier are the ring at 1)."""
     return (*FLAT, "rings", "hier") if local > 1 else FLAT
@@ -46,7 +56,8 @@ class Op:
     """step: the algorithm's step (ops of one step may run at once); send: True to send the
     elements [start, stop) to peer, False to receive them from peer; reduce: a receive adds into
     the buffer (else it overwrites); phase: the algorithm's phase (hier: NVLink, NET, NVLink);
-    serial: the op waits until this rank has done every op of the phase before."""
+    serial: the op waits until this rank has done every op of the phase before; channel: which of
+    the rank pair's connections carries it (each works through its own pieces in order)."""
 
     step: int
     send: bool
@@ -56,6 +67,7 @@ class Op:
     reduce: bool = False
     phase: int = 0
     serial: bool = False
+    channel: int = 0
 
     @property
     def count(self) -> int:
@@ -74,7 +86,7 @@ def split(start: int, stop: int, parts: int) -> list[tuple[int, int]]:
 
 
 def _ring(order: list[int], rank: int, lo: int, hi: int, step0: int = 0, scatter: bool = True,
-          gather: bool = True, phase: int = 0, serial: bool = False) -> list[Op]:
+          gather: bool = True, phase: int = 0, serial: bool = False, channel: int = 0) -> list[Op]:
     """`rank`'s ops in a ring over the ranks `order` on elements [lo, hi): a reduce-scatter (after it,
     position p owns segment (p + 1) mod n) and an all-gather, their steps numbered from step0."""
     n, pos = len(order), order.index(rank)
@@ -82,12 +94,13 @@ def _ring(order: list[int], rank: int, lo: int, hi: int, step0: int = 0, scatter
     nxt, prv = order[(pos + 1) % n], order[(pos - 1) % n]
     ops, step = [], step0
     for s in range(n - 1 if scatter else 0):
-        ops.append(Op(step, True, nxt, *segs[(pos - s) % n], phase=phase, serial=serial))
-        ops.append(Op(step, False, prv, *segs[(pos - s - 1) % n], reduce=True, phase=phase, serial=serial))
+        ops.append(Op(step, True, nxt, *segs[(pos - s) % n], phase=phase, serial=serial, channel=channel))
+        ops.append(Op(step, False, prv, *segs[(pos - s - 1) % n], reduce=True, phase=phase, serial=serial,
+                      channel=channel))
         step += 1
     for s in range(n - 1 if gather else 0):
-        ops.append(Op(step, True, nxt, *segs[(pos + 1 - s) % n], phase=phase, serial=serial))
-        ops.append(Op(step, False, prv, *segs[(pos - s) % n], phase=phase, serial=serial))
+        ops.append(Op(step, True, nxt, *segs[(pos + 1 - s) % n], phase=phase, serial=serial, channel=channel))
+        ops.append(Op(step, False, prv, *segs[(pos - s) % n], phase=phase, serial=serial, channel=channel))
         step += 1
     return ops
 
@@ -104,7 +117,7 @@ def rail_rings(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
         for k in range(servers):
             gpus = [(c + i) % local for i in range(local)]
             order += [k * local + g for g in (reversed(gpus) if k % 2 else gpus)]
-        ops += _ring(order, rank, lo, hi)
+        ops += _ring(order, rank, lo, hi, channel=c % channels_for(local))
     # step-major across channels: both ends of a connection list its pieces in the same order, and
     # one channel's pieces do not wait behind another's whole ring
     return sorted(ops, key=lambda op: op.step)
@@ -118,7 +131,7 @@ def hierarchical(n: int, rank: int, count: int, local: int = 1, serial: bool = F
     return (_ring(mine, rank, 0, count, gather=False)
             + _ring(rail, rank, lo, hi, step0=local - 1, phase=1, serial=serial)
             + _ring(mine, rank, 0, count, step0=local - 1 + 2 * (len(rail) - 1), scatter=False, phase=2,
-                    serial=serial))
+                    serial=serial, channel=channels_for(local) - 1))
 
 
 def hierarchical_serial(n: int, rank: int, count: int, local: int = 1) -> list[Op]:

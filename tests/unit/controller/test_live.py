@@ -18,7 +18,7 @@ import pytest
 from controller.live import LiveServer, following, missing_libraries, topology_view
 from controller.localizer import Suspect
 from controller.metrics import FabricState
-from topologies import fattree, leafspine
+from topologies import fattree, leafspine, railopt
 from wire import runfiles
 from wire.fidelity import WINDOW_S, FidelityWindows, create_file
 
@@ -93,6 +93,12 @@ def test_the_topology_places_hosts_below_leaves_below_spines():
     assert tiers == {0, 1, 2, 3} and len(tree["nodes"]) == 36
     places = [(n["x"], n["y"]) for n in tree["nodes"]]
     assert len(set(places)) == len(places)  # no two nodes on one spot
+    assert tree["servers"] == [] and {n["server"] for n in tree["nodes"]} == {None}
+    rails = topology_view(railopt(servers=2, gpus=2, spines=1, nvlink_ratio=4))
+    assert rails["servers"] == [{"name": "srv1", "gpus": ["h1", "h2"], "nvlink_bps": 80e6},
+                                {"name": "srv2", "gpus": ["h3", "h4"], "nvlink_bps": 80e6}]
+    gpus = sorted((n["x"], n["name"], n["server"]) for n in rails["nodes"] if n["kind"] == "host")
+    assert [server for _, _, server in gpus] == ["srv1", "srv1", "srv2", "srv2"]  # a server's GPUs side by side
 
 
 def test_frames_carry_the_state_and_follow_it(served):

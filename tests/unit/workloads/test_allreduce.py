@@ -15,7 +15,7 @@ from workloads.allreduce.data import count_wrong, expected_sum, rank_data
 from workloads.allreduce.executor import Executor, cut
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.allreduce.launcher import AllReduceJob, SizeResult, size_range
-from workloads.allreduce.schedule import ALGORITHMS, algorithms_for, bytes_sent, schedule, split
+from workloads.allreduce.schedule import ALGORITHMS, algorithms_for, bytes_sent, channels_for, schedule, split
 from workloads.allreduce.tuner import TunerCache, candidates
 from workloads.hosts import JobError, LocalSpawner, local_endpoints, parse_size
 
@@ -24,12 +24,14 @@ def run_in_threads(algo: str, n: int, count: int, chunk: int, seed: int = 3, loc
     pairs = {}
     for a in range(n):
         for b in range(a + 1, n):
-            pairs[(a, b)], pairs[(b, a)] = socket.socketpair()
+            for c in range(channels_for(local)):
+                pairs[(a, b, c)], pairs[(b, a, c)] = socket.socketpair()
     bufs = [rank_data(count, seed, r) for r in range(n)]
 
     def rank(r: int) -> None:
         ops = schedule(algo, n, r, count, local)
-        Executor(cut(ops, chunk), {p: pairs[(r, p)] for p in {op.peer for op in ops}}, chunk).run(bufs[r])
+        conns = {(p, c): pairs[(r, p, c)] for p, c in {(op.peer, op.channel) for op in ops}}
+        Executor(cut(ops, chunk), conns, chunk).run(bufs[r])
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
     for t in threads:
