@@ -9,9 +9,11 @@ import time
 
 import pytest
 
+from emulation.fidelity import Verdict
 from emulation.net import Testbed
 from emulation.switchproc import bmv2_missing
 from emulation.traffic import iperf3_parallel
+from lab.incast import measure_faithfully
 from tests.checks import assert_within, wait_until
 from topologies import dumbbell
 from wire.adviceclient import get_state
@@ -30,9 +32,9 @@ MEAN_TOLERANCE = 0.10  # the readings' mean over the run vs the receivers' avera
 FRAME_PER_PAYLOAD = 1514 / 1448
 
 
-def both_flows_seen(tb: Testbed) -> bool:
+def both_flows_seen(tb: Testbed, since: float) -> bool:
     state = get_state(tb.run_dir, include_flows=True)
-    flows = [f for f in state.flows if f.dst_port >= 5301]
+    flows = [f for f in state.flows if f.dst_port >= 5301 and f.age_s < tb.now() - since]
     return len(flows) >= 2 and any((p.switch, str(p.port)) == BOTTLENECK and p.has_rate for p in state.ports)
 
 
@@ -44,34 +46,49 @@ def run(request):
     # average (cubic's sawtooth moves each flow's rate by ±30% and INT samples per packet, which
     # weighs its fast moments more: +14% on one sink port in one run).
     with Testbed(dumbbell(2), dataplane=request.param, name=f"test-telemetry-{request.param}", mode="bbr") as tb:
-        pairs = [(tb.host("h1"), tb.host("h3")), (tb.host("h2"), tb.host("h4"))]
-        result: list = []
-        started = tb.now()
-        flows = threading.Thread(target=lambda: result.extend(iperf3_parallel(pairs, seconds=8, out_dir=tb.run_dir)))
-        flows.start()
-        assert wait_until(lambda: both_flows_seen(tb), 5.0), "the collector never saw both flows"
-        # Past slow start, both flows share the bottleneck: three readings 0.5 s apart.
-        wait_until(lambda: tb.now() >= started + 3.0, 5.0)
-        states = []
-        for _ in range(3):
-            states.append(get_state(tb.run_dir, include_flows=True))
-            time.sleep(0.5)  # the sampling interval, not a wait for anything
-        flows.join(30)
-        verdict = tb.verdict(started, tb.now(), ["s1", "s2"])
-        yield tb, result, states, verdict
+        # The queue test reads only the faithful windows: a run the machine mostly stalled (7% of its
+        # windows faithful in one) is measured once more and the more faithful of the two kept.
+        attempts = iter(("", "-again"))
+        result, states, verdict, tag = measure_faithfully(lambda: measure(tb, next(attempts)), lambda r: r[2],
+                                                          best=True)
+        yield tb, result, states, verdict, tag
     # (the Testbed context has torn everything down here)
 
 
-def series(tb: Testbed) -> dict[tuple[str, str], list[dict]]:
+def measure(tb: Testbed, tag: str) -> tuple[list, list, Verdict, str]:
+    """Two 8 s flows through the bottleneck: the receivers' rates, three collector states 0.5 s
+    apart once both flows share it, the fidelity verdict of the seconds they ran, and the tag
+    naming its iperf3 reports."""
+    pairs = [(tb.host("h1"), tb.host("h3")), (tb.host("h2"), tb.host("h4"))]
+    result: list = []
+    started = tb.now()
+    flows = threading.Thread(target=lambda: result.extend(
+        iperf3_parallel(pairs, seconds=8, out_dir=tb.run_dir, tag=tag)))
+    flows.start()
+    assert wait_until(lambda: both_flows_seen(tb, started), 5.0), "the collector never saw both flows"
+    # Past slow start, both flows share the bottleneck: three readings 0.5 s apart.
+    wait_until(lambda: tb.now() >= started + 3.0, 5.0)
+    states = []
+    for _ in range(3):
+        states.append(get_state(tb.run_dir, include_flows=True))
+        time.sleep(0.5)  # the sampling interval, not a wait for anything
+    flows.join(30)
+    return result, states, tb.verdict(started, tb.now(), ["s1", "s2"]), tag
+
+
+def series(tb: Testbed, verdict: Verdict) -> dict[tuple[str, str], list[dict]]:
+    """The collector's readings per (switch, port) in the measured seconds (a repeated measurement
+    shares the run's telemetry.csv with the one before)."""
     rows: dict[tuple[str, str], list[dict]] = {}
     with (tb.run_dir / "telemetry.csv").open() as f:
         for row in csv.DictReader(f):
-            rows.setdefault((row["switch"], row["port"]), []).append(row)
+            if verdict.t0 <= float(row["time"]) <= verdict.t1:
+                rows.setdefault((row["switch"], row["port"]), []).append(row)
     return rows
 
 
 def test_collector_utilisation_matches_the_receivers(run):
-    tb, rates, states, verdict = run
+    tb, rates, states, verdict, _ = run
     received = sum(r for r, _ in rates)
     assert received > RECEIVED_MIN_MBPS, rates
     readings = sorted((p for state in states for p in state.ports if (p.switch, str(p.port)) == BOTTLENECK),
@@ -80,7 +97,7 @@ def test_collector_utilisation_matches_the_receivers(run):
     bottleneck = readings[1]  # the median of the three
     assert_within(bottleneck.tx_rate_mbps, received, INSTANT_TOLERANCE * received,
                   what=f"median bottleneck reading (Mbit/s); {verdict.line()}")
-    rows = [r for r in series(tb)[BOTTLENECK] if r["tx_rate_mbps"]]
+    rows = [r for r in series(tb, verdict)[BOTTLENECK] if r["tx_rate_mbps"]]
     # Over the run (first and last second excluded), the rate readings agree with the receivers.
     middle = rows[len(rows) // 8: -len(rows) // 8]
     mean = sum(float(r["tx_rate_mbps"]) for r in middle) / len(middle)
@@ -89,9 +106,9 @@ def test_collector_utilisation_matches_the_receivers(run):
           f"{bottleneck.tx_rate_mbps:.2f} latest, utilisation {bottleneck.utilisation:.2f}; {verdict.line()}")
 
 
-def receiver_intervals(tb: Testbed, client: str, server: str) -> list[tuple[float, float, float]]:
+def receiver_intervals(tb: Testbed, client: str, server: str, tag: str) -> list[tuple[float, float, float]]:
     """The receiver's 1 s intervals from iperf3's JSON: (start s, end s after the flow began, Mbit/s)."""
-    report = json.loads((tb.run_dir / f"iperf3-{client}-{server}.json").read_text())
+    report = json.loads((tb.run_dir / f"iperf3{tag}-{client}-{server}.json").read_text())
     return [(i["sum"]["start"], i["sum"]["end"], i["sum"]["bits_per_second"] / 1e6) for i in report["intervals"]]
 
 
@@ -104,8 +121,8 @@ def test_sink_port_rates_match_each_receiver(run):
     lost in the first one's slow start: one initial RTO), and while alone the first takes the
     whole bottleneck — a whole-run average of the receiver is then not what the sink port carried
     in the shared part (INT 7.87 against 8.91 Mbit/s in one run, 7.75 against 7.82 when aligned)."""
-    tb, _, _, verdict = run
-    rows = series(tb)
+    tb, _, _, verdict, tag = run
+    rows = series(tb, verdict)
     pairs = (("h1", "h3"), ("h2", "h4"))
     readings: dict[str, list[tuple[float, float]]] = {}
     for _, host in pairs:
@@ -119,7 +136,7 @@ def test_sink_port_rates_match_each_receiver(run):
     assert shared[1] - shared[0] >= 3.0, f"the flows overlapped {shared[1] - shared[0] + 2:.1f} s only: {began}"
     for client, host in pairs:
         # Receiver intervals wholly inside the shared seconds (iperf3 counts from its flow's start)
-        inside = [mbps for start, end, mbps in receiver_intervals(tb, client, host)
+        inside = [mbps for start, end, mbps in receiver_intervals(tb, client, host, tag)
                   if began[host] + start >= shared[0] - 0.5 and began[host] + end <= shared[1] + 0.5]
         assert len(inside) >= 2, f"{client} -> {host}: {len(inside)} receiver intervals in the shared seconds"
         received = FRAME_PER_PAYLOAD * sum(inside) / len(inside)  # on the wire
@@ -133,8 +150,8 @@ def test_sink_port_rates_match_each_receiver(run):
 
 
 def test_queue_readings_rise_at_the_bottleneck_only(run):
-    tb, _, _, verdict = run
-    rows = series(tb)
+    tb, _, _, verdict, _ = run
+    rows = series(tb, verdict)
     bottleneck_peak = max(int(r["queue_pkts"]) for r in rows[BOTTLENECK])
     assert bottleneck_peak > ECN_THRESHOLD, bottleneck_peak
     for port in ("1", "2"):  # s2's host ports: ~10 of 20 Mbit/s each
@@ -148,7 +165,7 @@ def test_queue_readings_rise_at_the_bottleneck_only(run):
 
 
 def test_flow_paths_cross_the_bottleneck(run):
-    _, _, states, _ = run
+    _, _, states, _, _ = run
     forward = [f for f in states[-1].flows if f.dst in ("10.0.2.1", "10.0.2.2") and f.dst_port >= 5301]
     assert len(forward) >= 2
     for flow in forward:
