@@ -33,22 +33,17 @@ HIER_OVER_RINGS = 1.2  # at N = 4, r = 8, >= 16 MB
 PIPELINED_OVER_SERIAL = 1.3
 
 
-def nic_tx(tb: Testbed) -> dict[str, int]:
-    return {h.name: int(tb.host(h.name).cmd(f"cat /sys/class/net/{h.name}-eth0/statistics/tx_bytes").strip())
-            for h in tb.topo.hosts}
-
-
 def run_cell(tb: Testbed, view: FabricView, size: int, algo: str, iters: int, link_mbps: float) -> dict:
     hosts = [h.name for h in tb.topo.hosts]
     t0 = tb.now()
-    nic0, nv0 = nic_tx(tb), tb.nvlink_counters()
+    nic0, nv0 = tb.nic_counters(), tb.nvlink_counters()
     outcome = run_job(JobSpec(hosts=hosts, sizes=[size], algo=algo, iters=iters, warmup=1,
                               name=f"{algo}-{format_size(size)}"), view, progress=None)
-    nic1, nv1 = nic_tx(tb), tb.nvlink_counters()
+    nic1, nv1 = tb.nic_counters(), tb.nvlink_counters()
     verdict = tb.verdict(t0, tb.now())
     (result,) = outcome.results
     per_iteration = 1 + iters  # bytes at the interfaces cover the warm-up too
-    nic_rate = max(nic1[h] - nic0[h] for h in hosts) * 8 / per_iteration / result.time_s / 1e6
+    nic_rate = max(nic1[h][0] - nic0[h][0] for h in hosts) * 8 / per_iteration / result.time_s / 1e6
     nvlink_rate = max(nv1[h][0] - nv0[h][0] for h in hosts) * 8 / per_iteration / result.time_s / 1e6
     nvlink_mbps = tb.topo.nvlink_mbps(hosts[0])
     row = {"size": size, "algo": algo, "busbw": result.busbw_gbs * 8e3, "wrong": outcome.wrong,

@@ -33,6 +33,7 @@ from emulation.nodes import (
     intf_name,
     log_tail,
     mininet_port,
+    nic_intf,
     nvlink_intf,
 )
 from emulation.ports import free_ports
@@ -52,6 +53,13 @@ from wire.p4info import DEFAULT_P4INFO, P4Schema
 from wire.realtime import DEFAULT_PRIORITY, WATCHDOG_PRIORITY, RealtimeError, promote, this_thread_at
 
 CONTROLLER_READY_S = 60.0
+
+
+def far_end_counters(intf: str) -> tuple[int, int]:
+    """(sent, received) bytes of the node at the far end of a root-namespace interface: what the
+    interface received, what it transmitted."""
+    stats = Path("/sys/class/net") / intf / "statistics"
+    return int((stats / "rx_bytes").read_text()), int((stats / "tx_bytes").read_text())
 
 
 class TestbedError(RuntimeError):
@@ -265,15 +273,14 @@ class Testbed:
         return any((server := self.topo.server_of(gpu)) is not None and server.name == other
                    for gpu, other in ((a, b), (b, a)))
 
+    def nic_counters(self) -> dict[str, tuple[int, int]]:
+        """Every host's NIC bytes (sent, received), from the counters of its switch port."""
+        return {host.name: far_end_counters(nic_intf(self.topo, host.name)) for host in self.topo.hosts}
+
     def nvlink_counters(self) -> dict[str, tuple[int, int]]:
         """Every GPU's NVLink bytes (sent, received), from its port's counters at the bridge."""
-        out = {}
-        for server in self.topo.servers:
-            for gpu in server.gpus:
-                stats = Path("/sys/class/net") / nvlink_intf(self.topo, gpu)[1] / "statistics"
-                # the bridge's end receives what the GPU sends
-                out[gpu] = (int((stats / "rx_bytes").read_text()), int((stats / "tx_bytes").read_text()))
-        return out
+        return {gpu: far_end_counters(nvlink_intf(self.topo, gpu)[1])
+                for server in self.topo.servers for gpu in server.gpus}
 
     def _provision_realtime(self) -> None:
         """Real-time scheduling once the network is up: the control plane (controller and host

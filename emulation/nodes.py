@@ -232,6 +232,14 @@ def intf_name(topo: Topology, node: str, port: int) -> str:
     return f"{node}-eth{mininet_port(topo, node, port)}"
 
 
+def nic_intf(topo: Topology, host: str) -> str:
+    """The switch's end of a one-NIC host's link, in the root namespace: it receives what the host
+    sends."""
+    link = topo.host_link(host)
+    switch = link.other(host)
+    return f"{switch}-eth{link.port_of(switch)}"
+
+
 def nvlink_intf(topo: Topology, gpu: str) -> tuple[str, str]:
     """A GPU's NVLink port: (its end, in its namespace; the bridge's end, in the root namespace)."""
     server = topo.server_of(gpu)

@@ -29,6 +29,7 @@ from emulation import budget
 from emulation.faults import inject
 from emulation.fidelity import Verdict
 from emulation.net import Testbed, TestbedError
+from emulation.nodes import nic_intf
 from emulation.rundir import new_run_dir
 from lab.report import write_report
 from lab.results import JobRecord, ModeRun, PortFigures, ScenarioResult, write_results
@@ -308,9 +309,7 @@ class HostRateSampler:
         self.path = path
         self.counters = {}
         for host in tb.topo.hosts:
-            link = tb.topo.host_link(host.name)
-            switch = link.other(host.name)
-            self.counters[host.name] = Path(f"/sys/class/net/{switch}-eth{link.port_of(switch)}/statistics/rx_bytes")
+            self.counters[host.name] = Path(f"/sys/class/net/{nic_intf(tb.topo, host.name)}/statistics/rx_bytes")
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="host-rates", daemon=True)
 

@@ -23,11 +23,6 @@ pytestmark = [pytest.mark.mininet, pytest.mark.root]
 RATIO = 4  # NVLink at 4 x the 20 Mbit/s NIC: 80 Mbit/s each way
 
 
-def nic_bytes(host) -> int:
-    stats = f"/sys/class/net/{host.name}-eth0/statistics"
-    return int(host.cmd(f"cat {stats}/tx_bytes").strip()) + int(host.cmd(f"cat {stats}/rx_bytes").strip())
-
-
 def pings(host, address: str, attempts: int = 3) -> bool:
     return any(" 1 received" in host.cmd(f"ping -c1 -W2 {address}") for _ in range(attempts))
 
@@ -49,9 +44,10 @@ def test_a_servers_gpus_talk_over_nvlink_and_other_servers_over_their_rails(tb):
     h2_nvlink = tb.plan.nvlink["h2"]
     assert (tb.plan.nvlink["h1"], h2_nvlink, tb.plan.nvlink["h3"]) == ("10.1.1.1", "10.1.1.2", "10.1.2.1")
     assert pings(h1, h2_nvlink)
-    nic_before, nvlink_before = nic_bytes(h1) + nic_bytes(h2), tb.nvlink_counters()
+    nic_before, nvlink_before = tb.nic_counters(), tb.nvlink_counters()
     received, _ = iperf3_tcp(h1, h2, seconds=3, address=h2_nvlink)
-    nic_moved = nic_bytes(h1) + nic_bytes(h2) - nic_before
+    nic_after = tb.nic_counters()
+    nic_moved = sum(nic_after[h][i] - nic_before[h][i] for h in ("h1", "h2") for i in (0, 1))
     after = tb.nvlink_counters()
     sent = after["h1"][0] - nvlink_before["h1"][0]
     got = after["h2"][1] - nvlink_before["h2"][1]
@@ -76,23 +72,18 @@ def test_a_servers_gpus_talk_over_nvlink_and_other_servers_over_their_rails(tb):
     assert links_named(("srv1",)) != []
 
 
-def nic_sent(tb: Testbed) -> dict[str, int]:
-    return {h.name: int(tb.host(h.name).cmd(f"cat /sys/class/net/{h.name}-eth0/statistics/tx_bytes").strip())
-            for h in tb.topo.hosts}
-
-
 def test_allreduce_over_the_gpus_is_exact_and_hier_sends_the_least_through_each_nic(tb):
     view = FabricView.of_testbed(tb)
     size = 1 << 20
     nic_max = {}
     for algo in ("ring", "rings", "hier"):
-        before, nvlink_before = nic_sent(tb), tb.nvlink_counters()
+        before, nvlink_before = tb.nic_counters(), tb.nvlink_counters()
         outcome = run_job(JobSpec(hosts=["h4", "h3", "h2", "h1"], sizes=[size], algo=algo, iters=1, warmup=0,
                                   name=algo), view, progress=None)
-        after, nvlink_after = nic_sent(tb), tb.nvlink_counters()
+        after, nvlink_after = tb.nic_counters(), tb.nvlink_counters()
         assert outcome.wrong == 0, outcome.table
         assert outcome.hosts == ["h1", "h2", "h3", "h4"]  # server by server, each in its GPU order
-        nic_max[algo] = max(after[h] - before[h] for h in after) / size
+        nic_max[algo] = max(after[h][0] - before[h][0] for h in after) / size
         nvlink = sum(nvlink_after[h][0] - nvlink_before[h][0] for h in after) / size
         print(f"\n{algo:5}: busbw {outcome.results[0].busbw_gbs * 8e3:.2f} Mbit/s; the busiest NIC sent "
               f"{nic_max[algo]:.2f} x the buffer, NVLink {nvlink:.2f} x in all")

@@ -110,6 +110,9 @@ def ring(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
 
 
 def rail_rings(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
+    """One ring per GPU index c over a 1/local share of the buffer: through each server's GPUs from
+    c, snaking (odd servers backwards), so it leaves every server on one rail and enters the next on
+    the same one."""
     servers = n // local
     ops: list[Op] = []
     for c, (lo, hi) in enumerate(split(0, count, local)):
@@ -119,7 +122,7 @@ def rail_rings(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
             order += [k * local + g for g in (reversed(gpus) if k % 2 else gpus)]
         ops += _ring(order, rank, lo, hi, channel=c % channels_for(local))
     # step-major across channels: both ends of a connection list its pieces in the same order, and
-    # one channel's pieces do not wait behind another's whole ring
+    # one channel's pieces do not wait behind another's whole ring (a stable sort: in a step, by ring)
     return sorted(ops, key=lambda op: op.step)
 
 
