@@ -126,15 +126,37 @@ def rail_rings(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
     return sorted(ops, key=lambda op: op.step)
 
 
-def hierarchical(n: int, rank: int, count: int, local: int = 1, serial: bool = False) -> list[Op]:
+HIER_SLICES = 4  # hier runs its three phases per slice of the buffer, so each phase's stream runs slice by slice
+
+
+def hierarchical(n: int, rank: int, count: int, local: int = 1, serial: bool = False,
+                 slices: int = HIER_SLICES) -> list[Op]:
+    """Per slice of the buffer (NCCL's slicing: NET starts after one slice's reduce-scatter, not
+    the whole buffer's): reduce-scatter over NVLink, the rail's ring all-reduce of this GPU's share,
+    all-gather over NVLink sending each share's rail segments in the order the rail ring finishes
+    them (its own first, then as its all-gather brings them)."""
     server, gpu = divmod(rank, local)
     mine = [server * local + i for i in range(local)]
     rail = [k * local + gpu for k in range(n // local)]
-    lo, hi = split(0, count, local)[(gpu + 1) % local]  # the share the reduce-scatter leaves this GPU
-    return (_ring(mine, rank, 0, count, gather=False)
-            + _ring(rail, rank, lo, hi, step0=local - 1, phase=1, serial=serial)
-            + _ring(mine, rank, 0, count, step0=local - 1 + 2 * (len(rail) - 1), scatter=False, phase=2,
-                    serial=serial, channel=channels_for(local) - 1))
+    servers = len(rail)
+    per_slice = 2 * (local - 1) + 2 * (servers - 1)
+    nxt, prv = mine[(gpu + 1) % local], mine[(gpu - 1) % local]
+    gather_channel = channels_for(local) - 1
+    finished_first = [(server + 1 - k) % servers for k in range(servers)]  # rail segments by when they are final
+    ops: list[Op] = []
+    for k, (lo, hi) in enumerate(split(0, count, slices)):
+        step0 = k * per_slice
+        shares = split(lo, hi, local)
+        share = shares[(gpu + 1) % local]  # what the reduce-scatter leaves this GPU
+        ops += _ring(mine, rank, lo, hi, step0=step0, gather=False)
+        ops += _ring(rail, rank, *share, step0=step0 + local - 1, phase=1, serial=serial)
+        for s in range(local - 1):  # the all-gather ring over NVLink, each share in rail-segment order
+            step = step0 + local - 1 + 2 * (servers - 1) + s
+            for send, peer, owner in ((True, nxt, (gpu + 1 - s) % local), (False, prv, (gpu - s) % local)):
+                pieces = split(*shares[owner], servers)
+                ops += [Op(step, send, peer, *pieces[i], phase=2, serial=serial, channel=gather_channel)
+                        for i in finished_first]
+    return ops
 
 
 def hierarchical_serial(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
