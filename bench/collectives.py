@@ -1,7 +1,8 @@
-"""Server-aware all-reduce on rail-optimized fabrics, against the goals of issue "Multi-GPU servers".
+"""Server-aware collectives on rail-optimized fabrics, against the goals of issue "Multi-GPU servers".
 
     sudo .venv/bin/python bench/collectives.py [--servers 2,4] [--gpus 4] [--ratios 2,4,8]
-        [--sizes 4M,16M] [--algos ring,rings,hier,hier-serial] [--link-mbps 10] [--iters 2]
+        [--sizes 4M,16M] [--algos ring,rings,hier,hier-serial,allgather:ring,allgather:hier,
+        alltoall:pairwise,alltoall:pxn] [--link-mbps 10] [--iters 2]
 
 For each server count N and NVLink ratio r, one testbed railopt(N, G, 2 spines, r) with every link
 at --link-mbps (soft data plane, mode none), all N·G GPUs as ranks (server by server), and per size
@@ -9,8 +10,9 @@ and algorithm: busbw, exactness, the busiest NIC's and NVLink port's rate during
 (bytes at the interfaces), and the fidelity verdict of the run. Then the goals, each with its
 verdict: the rail-aware ring (rings) >= 0.8·G x the rail-crossing ring (ring); hier >= 1.2 x rings at
 N = 4, r = 8, >= 16 MB; hier >= 1.3 x hier-serial (pipelined against serial phases); at r = 2 the
-rail-aware ring >= hier. Link rates are low so the machine keeps up (a figure is only as good as its
-verdict): 16 GPUs' ranks, 6 soft switches and NVLink traffic share two cores.
+rail-aware ring >= hier; the hierarchical all-gather >= 1.2 x the flat ring; PXN's all-to-all >= 1.2 x
+pairwise (nccl-tests' busbw: algbw·(n-1)/n for those). Link rates are low so the machine keeps up (a
+figure is only as good as its verdict): 16 GPUs' ranks, 6 soft switches and NVLink traffic share two cores.
 """
 
 from __future__ import annotations
@@ -31,14 +33,17 @@ from workloads.hosts import format_size, parse_size  # noqa: E402
 RAIL_AWARE_PER_GPU = 0.8  # rings >= 0.8·G x ring
 HIER_OVER_RINGS = 1.2  # at N = 4, r = 8, >= 16 MB
 PIPELINED_OVER_SERIAL = 1.3
+PXN_OVER_PAIRWISE = 1.2  # NCCL reported PXN doubling all-to-all; here it relieves the spines, not the NICs
 
 
-def run_cell(tb: Testbed, view: FabricView, size: int, algo: str, iters: int, link_mbps: float) -> dict:
+def run_cell(tb: Testbed, view: FabricView, size: int, cell: str, iters: int, link_mbps: float) -> dict:
+    """cell: an all-reduce algorithm, or COLLECTIVE:ALGO."""
+    collective, algo = cell.split(":") if ":" in cell else ("allreduce", cell)
     hosts = [h.name for h in tb.topo.hosts]
     t0 = tb.now()
     nic0, nv0 = tb.nic_counters(), tb.nvlink_counters()
-    outcome = run_job(JobSpec(hosts=hosts, sizes=[size], algo=algo, iters=iters, warmup=1,
-                              name=f"{algo}-{format_size(size)}"), view, progress=None)
+    outcome = run_job(JobSpec(hosts=hosts, sizes=[size], algo=algo, collective=collective, iters=iters, warmup=1,
+                              name=f"{collective}-{algo}-{format_size(size)}"), view, progress=None)
     nic1, nv1 = tb.nic_counters(), tb.nvlink_counters()
     verdict = tb.verdict(t0, tb.now())
     (result,) = outcome.results
@@ -46,10 +51,10 @@ def run_cell(tb: Testbed, view: FabricView, size: int, algo: str, iters: int, li
     nic_rate = max(nic1[h][0] - nic0[h][0] for h in hosts) * 8 / per_iteration / result.time_s / 1e6
     nvlink_rate = max(nv1[h][0] - nv0[h][0] for h in hosts) * 8 / per_iteration / result.time_s / 1e6
     nvlink_mbps = tb.topo.nvlink_mbps(hosts[0])
-    row = {"size": size, "algo": algo, "busbw": result.busbw_gbs * 8e3, "wrong": outcome.wrong,
+    row = {"size": size, "algo": cell, "busbw": result.busbw_gbs * 8e3, "wrong": outcome.wrong,
            "nic": nic_rate / link_mbps, "nvlink": nvlink_rate / nvlink_mbps, "faithful": verdict.fraction,
            "verdict": verdict.line()}
-    print(f"  {format_size(size):>4} {algo:11} busbw {row['busbw']:6.2f} Mbit/s ({row['busbw'] / link_mbps:4.1f}x the "
+    print(f"  {format_size(size):>4} {cell:22} busbw {row['busbw']:6.2f} Mbit/s ({row['busbw'] / link_mbps:4.1f}x the "
           f"link), {outcome.wrong} wrong; busiest NIC {row['nic']:4.0%} of its rate, NVLink port "
           f"{row['nvlink']:4.0%}; {verdict.line()}", flush=True)
     return row
@@ -61,7 +66,9 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=4)
     parser.add_argument("--ratios", default="2,4,8")
     parser.add_argument("--sizes", default="4M,16M")
-    parser.add_argument("--algos", default="ring,rings,hier,hier-serial")
+    parser.add_argument("--algos", default="ring,rings,hier,hier-serial,allgather:ring,allgather:hier,"
+                        "alltoall:pairwise,alltoall:pxn",
+                        help="all-reduce algorithms, and COLLECTIVE:ALGO for the others")
     parser.add_argument("--link-mbps", type=float, default=10.0)
     parser.add_argument("--iters", type=int, default=2)
     args = parser.parse_args()
@@ -106,6 +113,8 @@ def main() -> int:
                                                           and s >= 16 << 20), HIER_OVER_RINGS)
     goal("hier / hier-serial", pairs("hier", "hier-serial"), PIPELINED_OVER_SERIAL)
     goal("rings / hier at r = 2", pairs("rings", "hier", lambda n, r, s: r == 2), 1.0)
+    goal("all-gather hier / ring", pairs("allgather:hier", "allgather:ring"), HIER_OVER_RINGS)
+    goal("all-to-all pxn / pairwise", pairs("alltoall:pxn", "alltoall:pairwise"), PXN_OVER_PAIRWISE)
     wrong = sum(c["wrong"] for c in cells.values())
     print(f"  exact: {wrong} wrong values over {len(cells)} cells")
     return 1 if wrong else 0

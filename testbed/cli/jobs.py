@@ -6,6 +6,7 @@ import shlex
 
 from testbed.cli.base import Commands
 from workloads.allreduce.job import JobSpec, background
+from workloads.allreduce.schedule import algorithms
 from workloads.command.job import DEFAULT_MASTER_PORT, CommandSpec
 from workloads.command.job import background as background_command
 from workloads.fabric import FabricView
@@ -40,21 +41,41 @@ class JobCommands(Commands):
         self.stdout.write(job.describe(full=True) + "\n")
 
     def do_allreduce(self, line: str) -> None:
-        """allreduce HOST... [size=8M] [algo=ring|tree|hd|auto] [iters=5] [chunk=256K] [cc=cubic]
+        """allreduce HOST... [size=8M] [algo=ring|tree|hd|rings|hier|auto] [iters=5] [chunk=256K] [cc=cubic]
         [order=topology|given] [bg]: an all-reduce over the hosts (`all` = every host), printed as an
-        nccl-tests table; `bg` runs it in the background (see `jobs`)."""
+        nccl-tests table; `bg` runs it in the background (see `jobs`). rings and hier: on multi-GPU
+        servers (TOPO=railopt)."""
+        self._collective(line, "allreduce")
+
+    def do_allgather(self, line: str) -> None:
+        """allgather HOST... [size=8M] [algo=ring|rings|hier] [iters=5] [chunk=256K] [cc=…] [order=…] [bg]:
+        an all-gather (each rank contributes size/n), as allreduce."""
+        self._collective(line, "allgather")
+
+    def do_reducescatter(self, line: str) -> None:
+        """reducescatter HOST... [size=8M] [algo=ring|rings|hier] [iters=5] [chunk=256K] [cc=…] [order=…] [bg]:
+        a reduce-scatter (each rank ends with its size/n of the sum), as allreduce."""
+        self._collective(line, "reducescatter")
+
+    def do_alltoall(self, line: str) -> None:
+        """alltoall HOST... [size=8M] [algo=pairwise|pxn] [iters=5] [chunk=256K] [cc=…] [order=…] [bg]:
+        an all-to-all (size/n from every rank to every rank; pxn relays over NVLink so nothing crosses
+        rails), as allreduce."""
+        self._collective(line, "alltoall")
+
+    def _collective(self, line: str, collective: str) -> None:
         try:
             hosts, options, bg = self._words(line, ("size", "algo", "iters", "chunk", "cc", "order", "warmup"))
-            spec = JobSpec(hosts=hosts, sizes=[parse_size(options.get("size", "8M"))],
-                           algo=options.get("algo", "ring"), iters=int(options.get("iters", 5)),
+            spec = JobSpec(hosts=hosts, sizes=[parse_size(options.get("size", "8M"))], collective=collective,
+                           algo=options.get("algo", algorithms(collective)[0]), iters=int(options.get("iters", 5)),
                            warmup=int(options.get("warmup", 1)), chunk_bytes=parse_size(options.get("chunk", "256K")),
                            cc=options.get("cc"), order=options.get("order", "topology"),
-                           name=f"allreduce{len(self.jobs) + 1}")
+                           name=f"{collective}{len(self.jobs) + 1}")
             spec.check()
             view = FabricView.of_testbed(self.tb)
             view.endpoints(spec.hosts, spec.order)  # unknown hosts are named here, before anything starts
         except (JobError, ValueError) as exc:
-            self.stdout.write(f"allreduce: {exc}\n")
+            self.stdout.write(f"{collective}: {exc}\n")
             return
         self._launch(background(spec, view), bg)
 

@@ -10,7 +10,7 @@ import io
 import pytest
 
 from emulation.faults import Fault, inject
-from emulation.net import Testbed
+from emulation.net import Testbed, far_end_counters
 from emulation.traffic import iperf3_tcp
 from testbed.cli.fabric import FabricCommands
 from tests.integration.helpers import links_named, unreachable_pairs, wait_until
@@ -93,3 +93,29 @@ def test_allreduce_over_the_gpus_is_exact_and_hier_sends_the_least_through_each_
     # 1.57, 0.80, 0.58 (headers, ACKs, retransmissions on top): bounds with room for a busy machine's losses
     assert nic_max["ring"] > 1.4 and nic_max["rings"] < 0.95 and nic_max["hier"] < 0.7, nic_max
     assert nic_max["hier"] < nic_max["rings"] < nic_max["ring"]
+
+
+def spine_bytes(tb: Testbed) -> int:
+    """Bytes the spine s1 forwarded: what its ports transmitted."""
+    return sum(far_end_counters(f"s1-eth{link.port_of('s1')}")[1] for link in tb.topo.links_of("s1"))
+
+
+def test_the_other_collectives_are_exact_and_pxn_keeps_all_to_all_off_the_spine(tb):
+    view = FabricView.of_testbed(tb)
+    size = 1 << 20
+    for collective, algo in (("allgather", "hier"), ("reducescatter", "hier"), ("allgather", "rings")):
+        outcome = run_job(JobSpec(hosts=["h1", "h2", "h3", "h4"], sizes=[size], collective=collective, algo=algo,
+                                  iters=1, warmup=0, name=f"{collective}-{algo}"), view, progress=None)
+        assert outcome.wrong == 0, outcome.table
+    crossed = {}
+    for algo in ("pairwise", "pxn"):
+        before = spine_bytes(tb)
+        outcome = run_job(JobSpec(hosts=["h1", "h2", "h3", "h4"], sizes=[size], collective="alltoall", algo=algo,
+                                  iters=1, warmup=0, name=f"alltoall-{algo}"), view, progress=None)
+        crossed[algo] = (spine_bytes(tb) - before) / size
+        assert outcome.wrong == 0, outcome.table
+        print(f"\nalltoall {algo}: busbw {outcome.results[0].busbw_gbs * 8e3:.2f} Mbit/s, the spine carried "
+              f"{crossed[algo]:.3f} x the buffer")
+    # pairwise: h1 -> h4 and h2 -> h3 (and back) cross rails, 4 blocks of S/4 = S through the spine;
+    # pxn relays them over NVLink to the GPU on the destination's rail: only probes and reports remain
+    assert crossed["pairwise"] > 0.8 and crossed["pxn"] < 0.1, crossed

@@ -1,7 +1,9 @@
-"""python -m workloads.allreduce — nccl-tests' all_reduce_perf for the testbed.
+"""python -m workloads.allreduce — nccl-tests' all_reduce_perf (and all_gather_perf, reduce_scatter_perf,
+alltoall_perf with --collective) for the testbed.
 
     python -m workloads.allreduce --hosts h1,h2,h3,h4 -b 1M -e 64M -f 2 --algo ring
     python -m workloads.allreduce --hosts all --size 8M --algo auto
+    python -m workloads.allreduce --hosts all --collective alltoall --algo pxn --size 8M    # TOPO=railopt
     python -m workloads.allreduce --local 4 -b 4K -e 16M -f 4        # ranks on loopback, no testbed
 
 With --hosts it runs on the newest running testbed under runs/ (or --run-dir); the table goes to
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.allreduce.launcher import size_range
-from workloads.allreduce.schedule import ALGORITHMS
+from workloads.allreduce.schedule import COLLECTIVES, algorithms
 from workloads.allreduce.tuner import DEFAULT_CACHE
 from workloads.fabric import FabricView
 from workloads.hosts import JobError, parse_size
@@ -34,7 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("-e", "--maxbytes", help="largest size (default: minbytes)")
     parser.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier (default 2)")
     parser.add_argument("--size", help="one size (same as -b SIZE -e SIZE)")
-    parser.add_argument("--algo", default="ring", choices=(*ALGORITHMS, "auto"))
+    parser.add_argument("--collective", default="allreduce", choices=tuple(COLLECTIVES))
+    parser.add_argument("--algo", help="the collective's algorithm (default: ring; alltoall: pairwise); "
+                        + "; ".join(f"{c}: {'|'.join(algorithms(c))}" for c in COLLECTIVES) + "|auto")
     parser.add_argument("--chunk", default="256K", help="chunk size of the pipelined transfers (default 256K)")
     parser.add_argument("-n", "--iters", type=int, default=5)
     parser.add_argument("-w", "--warmup-iters", type=int, default=1)
@@ -43,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--order", default="topology", choices=("topology", "given"),
                         help="rank order: grouped by leaf (default) or as listed")
     parser.add_argument("--no-declare", action="store_true", help="do not declare demands to the controller")
-    parser.add_argument("--name", default="allreduce")
+    parser.add_argument("--name", help="the job's name (default: the collective's)")
     parser.add_argument("--tuner-cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     return parser.parse_args(argv)
@@ -62,9 +66,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise JobError("ranks start inside Mininet hosts' namespaces: run as root")
             view = FabricView.of_run_dir(args.run_dir)
             hosts = [h.name for h in view.topo.hosts] if args.hosts == "all" else args.hosts.split(",")
-        spec = JobSpec(hosts=hosts, local=args.local or 0, sizes=sizes, algo=args.algo,
+        algo = args.algo or algorithms(args.collective)[0]
+        spec = JobSpec(hosts=hosts, local=args.local or 0, sizes=sizes, algo=algo, collective=args.collective,
                        chunk_bytes=parse_size(args.chunk), iters=args.iters, warmup=args.warmup_iters, cc=args.cc,
-                       seed=args.seed, order=args.order, declare=not args.no_declare, name=args.name,
+                       seed=args.seed, order=args.order, declare=not args.no_declare, name=args.name or args.collective,
                        tuner_cache=args.tuner_cache)
         outcome = run_job(spec, view)
     except (JobError, ValueError) as exc:

@@ -1,4 +1,4 @@
-"""One all-reduce job end to end: spec → ranks on hosts → results table and JSON in the run directory.
+"""One collective job end to end: spec → ranks on hosts → results table and JSON in the run directory.
 
 Used by `python -m workloads.allreduce`, the testbed CLI's `allreduce` and the tests:
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from emulation.rundir import new_run_dir
 from workloads.allreduce.executor import DEFAULT_CHUNK_BYTES
 from workloads.allreduce.launcher import AllReduceJob, SizeResult, format_table, write_results
-from workloads.allreduce.schedule import ALGORITHMS
+from workloads.allreduce.schedule import COLLECTIVES, algorithms
 from workloads.allreduce.tuner import DEFAULT_CACHE, TunerCache, fingerprint, pick
 from workloads.fabric import FabricView
 from workloads.hosts import BackgroundJob, JobError, LocalSpawner, Spawner, local_endpoints
@@ -29,7 +29,9 @@ CONGESTION_CONTROL = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 @dataclass
 class JobSpec:
     """hosts: Mininet host names (or local=N ranks on loopback); sizes: message sizes in bytes;
-    algo: ring | tree | hd | rings | hier (servers) | auto; chunk_bytes: pipelining unit; order: topology | given;
+    collective: allreduce | allgather | reducescatter | alltoall; algo: one of the collective's
+    (allreduce: ring | tree | hd | rings | hier (servers) | auto); chunk_bytes: pipelining unit;
+    order: topology | given;
     declare: declare demands to the controller (None: whenever the testbed has one; its ranks report
     their step timings there whatever this says); port_base: fixed
     TCP ports for the ranks (0: ephemeral), so repeated runs take the same ECMP paths."""
@@ -49,10 +51,14 @@ class JobSpec:
     tuner_cache: Path = DEFAULT_CACHE
     tuner_iters: int = 2
     port_base: int = 0
+    collective: str = "allreduce"
 
     def check(self) -> None:
-        if self.algo not in (*ALGORITHMS, "auto"):
-            raise JobError(f"algo: {self.algo!r} is not one of {', '.join((*ALGORITHMS, 'auto'))}")
+        if self.collective not in COLLECTIVES:
+            raise JobError(f"collective: {self.collective!r} is not one of {', '.join(COLLECTIVES)}")
+        known = (*algorithms(self.collective), *(["auto"] if self.collective == "allreduce" else []))
+        if self.algo not in known:
+            raise JobError(f"algo: {self.algo!r} is not a {self.collective} algorithm ({', '.join(known)})")
         if not self.hosts and self.local < 2:
             raise JobError("hosts: give at least 2 hosts (or local >= 2 ranks on loopback)")
         if self.hosts and self.local:
@@ -122,7 +128,7 @@ def run_job(spec: JobSpec, view: FabricView | None = None, progress: Callable[[s
     results, picks = [], {}
     started = time.time()
     if progress:
-        progress(f"{spec.name}: {len(hosts)} ranks ({' '.join(hosts)}), algo {spec.algo}, "
+        progress(f"{spec.name}: {len(hosts)} ranks ({' '.join(hosts)}), {spec.collective} {spec.algo}, "
                  f"sizes {len(spec.sizes)}, {spec.iters} iterations each")
     with job:
         for size in spec.sizes:
@@ -137,7 +143,7 @@ def run_job(spec: JobSpec, view: FabricView | None = None, progress: Callable[[s
                     progress(f"{spec.name}: auto → {algo} chunk {chunk} B"
                              f" ({'cached' if chosen.cached else 'tuned now'})")
             results.append(job.measure(size, algo=algo, chunk_bytes=chunk, iters=spec.iters, warmup=spec.warmup,
-                                       progress=progress))
+                                       progress=progress, collective=spec.collective))
     outcome = JobOutcome(spec, hosts, workdir, results, link_mbps, picks)
     meta = {"job": spec.name, "hosts": hosts, "spec": {k: str(v) if isinstance(v, Path) else v
                                                        for k, v in asdict(spec).items()},
@@ -156,6 +162,7 @@ def background(spec: JobSpec, view: FabricView) -> BackgroundJob:
 def describe(outcome: object, full: bool = False) -> str:
     assert isinstance(outcome, JobOutcome)
     summary = (f"{outcome.spec.name}: done, {' '.join(outcome.hosts)}; "
-               + "; ".join(f"{r.algo} {r.size_bytes} B busbw {r.busbw_gbs * 8e3:.2f} Mbit/s, {r.wrong} wrong"
+               + "; ".join(f"{r.collective} {r.algo} {r.size_bytes} B busbw {r.busbw_gbs * 8e3:.2f} Mbit/s, "
+                           f"{r.wrong} wrong"
                            for r in outcome.results) + f" ({outcome.workdir})")
     return (outcome.table + "\n" + summary) if full else summary

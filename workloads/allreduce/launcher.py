@@ -1,4 +1,5 @@
-"""Start the ranks of an all-reduce job, drive its iterations and collect nccl-tests-style results.
+"""Start the ranks of a collective job (all-reduce, all-gather, reduce-scatter, all-to-all), drive its
+iterations and collect nccl-tests-style results.
 
     job = AllReduceJob(endpoints, LocalSpawner(), workdir, name="j1")
     with job:
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads.allreduce.executor import DEFAULT_CHUNK_BYTES
-from workloads.allreduce.schedule import ALGORITHMS, FLAT
+from workloads.allreduce.schedule import BUS_FACTOR, SERVER_AWARE, algorithms
 from workloads.hosts import Endpoint, JobError, ProcessGroup, Spawner, format_size
 
 ITEMSIZE = 4  # float32
@@ -53,6 +54,7 @@ class SizeResult:
     wrong: int
     steps: list[list] = field(default_factory=list)  # last iteration: [rank, step, send, peer, bytes, start, end,
     #                                                    compute]
+    collective: str = "allreduce"
 
     @property
     def count(self) -> int:
@@ -68,12 +70,17 @@ class SizeResult:
 
     @property
     def busbw_gbs(self) -> float:
-        """algbw · 2(n-1)/n: what each rank's link carries, comparable across world sizes (nccl-tests)."""
-        return self.algbw_gbs * 2 * (self.world - 1) / self.world
+        """algbw · 2(n-1)/n for all-reduce, (n-1)/n for the others: what each rank's link carries,
+        comparable across world sizes (nccl-tests)."""
+        return self.algbw_gbs * BUS_FACTOR[self.collective](self.world)
+
+    @property
+    def redop(self) -> str:
+        return "sum" if self.collective in ("allreduce", "reducescatter") else "none"
 
     def to_dict(self) -> dict:
         out = asdict(self)
-        out.update(count=self.count, type="float", redop="sum", time_us=self.time_s * 1e6,
+        out.update(count=self.count, type="float", redop=self.redop, time_us=self.time_s * 1e6,
                    algbw_gbs=self.algbw_gbs, busbw_gbs=self.busbw_gbs, busbw_mbps=self.busbw_gbs * 8e3)
         return out
 
@@ -85,8 +92,11 @@ def format_table(results: list[SizeResult], link_mbps: float | None = None) -> s
     units = (f"{'#':>1} {'(B)':>10} {'(elements)':>10} {'':>6} {'':>6} {'':>5} {'(B)':>6} "
              f"{'(us)':>11} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7} {'(Mb/s)':>8}")
     lines = [head, units]
+    kinds = sorted({r.collective for r in results})
+    if kinds != ["allreduce"]:
+        lines.insert(0, f"# collective: {', '.join(kinds)}")
     for r in results:
-        line = (f"  {r.size_bytes:>10} {r.count:>10} {'float':>6} {'sum':>6} {r.algo:>5} "
+        line = (f"  {r.size_bytes:>10} {r.count:>10} {'float':>6} {r.redop:>6} {r.algo:>5} "
                 f"{format_size(r.chunk_bytes):>6} {r.time_s * 1e6:>11.0f} {r.algbw_gbs:>8.4f} {r.busbw_gbs:>8.4f} "
                 f"{r.wrong:>7} {r.busbw_gbs * 8e3:>8.2f}")
         if link_mbps:
@@ -186,11 +196,16 @@ class AllReduceJob:
 
     # ---- running -----------------------------------------------------------------------------
     def measure(self, size_bytes: int, algo: str = "ring", chunk_bytes: int = DEFAULT_CHUNK_BYTES, iters: int = 5,
-                warmup: int = 1, progress: Callable[[str], None] | None = None) -> SizeResult:
-        """Run `warmup` + `iters` all-reduces of `size_bytes` and return the timed ones."""
-        if algo not in ALGORITHMS:
-            raise JobError(f"algo: unknown algorithm {algo!r} (one of {', '.join(ALGORITHMS)})")
-        if algo not in FLAT and self.local is None:
+                warmup: int = 1, progress: Callable[[str], None] | None = None,
+                collective: str = "allreduce") -> SizeResult:
+        """Run `warmup` + `iters` collectives of `size_bytes` and return the timed ones."""
+        try:
+            known = algorithms(collective)
+        except ValueError as exc:
+            raise JobError(str(exc)) from exc
+        if algo not in known:
+            raise JobError(f"algo: unknown {collective} algorithm {algo!r} (one of {', '.join(known)})")
+        if algo in SERVER_AWARE and self.local is None:
             raise JobError(f"algo {algo}: the ranks are not the same number of GPUs of each server, server by "
                            f"server ({', '.join(f'{e.name}@{e.server}' for e in self.endpoints)})")
         if size_bytes < ITEMSIZE or size_bytes % ITEMSIZE:
@@ -203,23 +218,25 @@ class AllReduceJob:
         wrong = 0
         steps: list[list] = []
         for i in range(warmup + iters):
-            elapsed, bad, steps = self._iterate(size_bytes // ITEMSIZE, algo, chunk_bytes // ITEMSIZE)
+            elapsed, bad, steps = self._iterate(size_bytes // ITEMSIZE, algo, chunk_bytes // ITEMSIZE, collective)
             wrong = max(wrong, bad)
             if i >= warmup:
                 times.append(elapsed)
             if progress:
                 kind = "warm-up" if i < warmup else f"iter {i - warmup + 1}/{iters}"
-                progress(f"{self.name}: {format_size(size_bytes)} {algo} chunk {format_size(chunk_bytes)} {kind}: "
+                what = algo if collective == "allreduce" else f"{collective} {algo}"
+                progress(f"{self.name}: {format_size(size_bytes)} {what} chunk {format_size(chunk_bytes)} {kind}: "
                          f"{elapsed:.3f} s{'' if not bad else f', {bad} WRONG'}")
-        return SizeResult(size_bytes, algo, chunk_bytes, self.world, times, wrong, steps)
+        return SizeResult(size_bytes, algo, chunk_bytes, self.world, times, wrong, steps, collective)
 
     def sweep(self, sizes_bytes: list[int], **kwargs: Any) -> list[SizeResult]:
         return [self.measure(size, **kwargs) for size in sizes_bytes]
 
-    def _iterate(self, count: int, algo: str, chunk: int) -> tuple[float, int, list[list]]:
+    def _iterate(self, count: int, algo: str, chunk: int, collective: str) -> tuple[float, int, list[list]]:
         self.iteration += 1
         it = self.iteration
-        self.group.broadcast({"run": {"count": count, "algo": algo, "chunk": chunk, "iter": it}})
+        self.group.broadcast({"run": {"count": count, "algo": algo, "chunk": chunk, "iter": it,
+                                      "collective": collective}})
         for rank in range(self.world):
             self.group.expect(rank, "ready")
         self.group.broadcast({"go": it})

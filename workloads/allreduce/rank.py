@@ -1,11 +1,11 @@
-"""One all-reduce rank: `python -m workloads.allreduce.rank`, started by the launcher (in a Mininet
-host's namespace, or on loopback).
+"""One collective rank (all-reduce unless the run says otherwise): `python -m workloads.allreduce.rank`,
+started by the launcher (in a Mininet host's namespace, or on loopback).
 
 It talks to the launcher over a Unix socket (JSON lines; Mininet hosts share the filesystem) and to
 the other ranks over TCP: a full mesh, so one job can run every algorithm. Protocol, launcher → rank:
   ← {"hello": rank, "port": data port[, "nvport": NVLink port]}
                                              → {"peers": [[ip, port, server, nvlink ip, nvlink port], …]}
-  ← {"connected": n}                         → {"run": {"count", "algo", "chunk", "iter"}}
+  ← {"connected": n}                         → {"run": {"count", "algo", "chunk", "iter"[, "collective"]}}
   ← {"ready": iter}                          → {"go": iter}
   ← {"done": iter, "start", "end", "wrong", "steps"} or {"error": text}   … → {"exit": true}
 With --controller it reports its pieces' timings there as they complete (ReportSteps: evidence for
@@ -26,10 +26,8 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 from wire.faultsfile import Followed
-from workloads.allreduce.data import count_wrong, expected_sum, rank_data
+from workloads.allreduce.data import Workload, workload
 from workloads.allreduce.executor import ComputeDelay, Executor, PeerError, Piece, cut
 from workloads.allreduce.schedule import bytes_sent, channels_for, schedule
 from workloads.hosts import Control
@@ -231,13 +229,13 @@ def follow_faults(path: Path, delay: ComputeDelay, stop: threading.Event, period
             return
 
 
-def _plan(plans: dict[tuple, tuple], key: tuple[int, str, int], args: argparse.Namespace,
+def _plan(plans: dict[tuple, tuple], key: tuple[int, str, int, str], args: argparse.Namespace,
           conns: dict[tuple[int, int], socket.socket], delay: ComputeDelay,
           link: ControllerLink | None) -> tuple[Executor, dict[int, int]]:
-    """The executor of (count, algo, chunk) and the bytes it sends, made once (one plan kept)."""
+    """The executor of (count, algo, chunk, collective) and the bytes it sends, made once (one plan kept)."""
     if key not in plans:
-        count, algo, chunk = key
-        ops = schedule(algo, args.world, args.rank, count, args.local)
+        count, algo, chunk, collective = key
+        ops = schedule(algo, args.world, args.rank, count, args.local, collective)
         plans.clear()
         plans[key] = (Executor(cut(ops, chunk), {c: conns[c] for c in {(op.peer, op.channel) for op in ops}}, chunk,
                                delay, link.piece_done if link else None), bytes_sent(ops))
@@ -274,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     delay, stop = ComputeDelay(), threading.Event()
     if args.faults_file:
         threading.Thread(target=follow_faults, args=(args.faults_file, delay, stop), daemon=True).start()
-    inputs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    inputs: dict[tuple[int, str], Workload] = {}
     plans: dict[tuple, tuple] = {}
     try:
         while True:
@@ -282,12 +280,13 @@ def main(argv: list[str] | None = None) -> int:
             if "exit" in message:
                 break
             run = message["run"]
-            count = run["count"]
-            if count not in inputs:
+            count, collective = run["count"], run.get("collective", "allreduce")
+            if (count, collective) not in inputs:
                 inputs.clear()  # one size at a time: a sweep never holds two sizes' buffers
-                inputs[count] = (rank_data(count, args.seed, args.rank), expected_sum(count, args.seed, args.world))
-            executor, sent = _plan(plans, (count, run["algo"], run["chunk"]), args, conns, delay, link)
-            buf = inputs[count][0].copy()
+                inputs[(count, collective)] = workload(collective, count, args.seed, args.world, args.rank)
+            data = inputs[(count, collective)]
+            executor, sent = _plan(plans, (count, run["algo"], run["chunk"], collective), args, conns, delay, link)
+            buf = data.initial.copy()
             if link is not None:
                 link.declare(sent)
             control.send({"ready": run["iter"]})
@@ -302,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             end = time.monotonic()
             control.send({"done": run["iter"], "start": start, "end": end,
-                          "wrong": count_wrong(buf, inputs[count][1]),
+                          "wrong": data.wrong(buf),
                           "steps": [[s.step, s.send, s.peer, s.bytes, s.start, s.end, s.compute] for s in steps]})
     finally:
         stop.set()

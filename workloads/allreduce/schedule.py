@@ -1,4 +1,5 @@
-"""All-reduce algorithms as schedules: for one rank, the ordered list of transfers it takes part in.
+"""Collective algorithms as schedules: for one rank, the ordered list of transfers it takes part in
+(all-reduce below; all-gather, reduce-scatter and all-to-all further down, with their buffers' layout).
 
 A schedule is pure data (no sockets), so every algorithm is checked by the same executor and the
 same tests. Offsets and lengths are in elements of the buffer.
@@ -31,7 +32,9 @@ Two more for multi-GPU servers, given `local` = G GPUs per server with the ranks
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 FLAT = ("ring", "tree", "hd")  # blind to servers
 ALGORITHMS = (*FLAT, "rings", "hier", "hier-serial")
@@ -75,6 +78,9 @@ class Op:
         return self.stop - self.start
 
 
+Schedule = Callable[[int, int, int, int], list[Op]]  # (n, rank, count, local) -> the rank's ops
+
+
 def split(start: int, stop: int, parts: int) -> list[tuple[int, int]]:
     """[start, stop) in `parts` contiguous pieces whose lengths differ by at most one."""
     size, rest = divmod(stop - start, parts)
@@ -90,18 +96,28 @@ def _ring(order: list[int], rank: int, lo: int, hi: int, step0: int = 0, scatter
           gather: bool = True, phase: int = 0, serial: bool = False, channel: int = 0) -> list[Op]:
     """`rank`'s ops in a ring over the ranks `order` on elements [lo, hi): a reduce-scatter (after it,
     position p owns segment (p + 1) mod n) and an all-gather, their steps numbered from step0."""
+    return _ring_over(order, rank, [[seg] for seg in split(lo, hi, len(order))], step0, scatter, gather, 1,
+                      phase, serial, channel)
+
+
+def _ring_over(order: list[int], rank: int, segs: list[list[tuple[int, int]]], step0: int = 0,
+               scatter: bool = True, gather: bool = True, own: int = 1, phase: int = 0, serial: bool = False,
+               channel: int = 0) -> list[Op]:
+    """The ring over `order` with segment q = the element ranges segs[q] (one op per range): a
+    reduce-scatter after which position p owns segment (p + own) mod n, and an all-gather from there."""
     n, pos = len(order), order.index(rank)
-    segs = split(lo, hi, n)
     nxt, prv = order[(pos + 1) % n], order[(pos - 1) % n]
     ops, step = [], step0
+
+    def move(send: bool, peer: int, seg: int, reduce: bool = False) -> list[Op]:
+        return [Op(step, send, peer, a, b, reduce=reduce, phase=phase, serial=serial, channel=channel)
+                for a, b in segs[seg % n]]
+
     for s in range(n - 1 if scatter else 0):
-        ops.append(Op(step, True, nxt, *segs[(pos - s) % n], phase=phase, serial=serial, channel=channel))
-        ops.append(Op(step, False, prv, *segs[(pos - s - 1) % n], reduce=True, phase=phase, serial=serial,
-                      channel=channel))
+        ops += move(True, nxt, pos + own - 1 - s) + move(False, prv, pos + own - 2 - s, reduce=True)
         step += 1
     for s in range(n - 1 if gather else 0):
-        ops.append(Op(step, True, nxt, *segs[(pos + 1 - s) % n], phase=phase, serial=serial, channel=channel))
-        ops.append(Op(step, False, prv, *segs[(pos - s) % n], phase=phase, serial=serial, channel=channel))
+        ops += move(True, nxt, pos + own - s) + move(False, prv, pos + own - 1 - s)
         step += 1
     return ops
 
@@ -110,17 +126,20 @@ def ring(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
     return _ring(list(range(n)), rank, 0, count)
 
 
+def _rail_orders(n: int, local: int) -> list[list[int]]:
+    """rings' channel orders: channel c goes through each server's GPUs from c, snaking (odd servers
+    backwards), so it leaves every server on one rail and enters the next on the same one."""
+    orders = []
+    for c in range(local):
+        gpus = [(c + i) % local for i in range(local)]
+        orders.append([k * local + g for k in range(n // local) for g in (reversed(gpus) if k % 2 else gpus)])
+    return orders
+
+
 def rail_rings(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
-    """One ring per GPU index c over a 1/local share of the buffer: through each server's GPUs from
-    c, snaking (odd servers backwards), so it leaves every server on one rail and enters the next on
-    the same one."""
-    servers = n // local
+    """One ring per GPU index c (_rail_orders) over a 1/local share of the buffer."""
     ops: list[Op] = []
-    for c, (lo, hi) in enumerate(split(0, count, local)):
-        order = []
-        for k in range(servers):
-            gpus = [(c + i) % local for i in range(local)]
-            order += [k * local + g for g in (reversed(gpus) if k % 2 else gpus)]
+    for c, (order, (lo, hi)) in enumerate(zip(_rail_orders(n, local), split(0, count, local), strict=True)):
         ops += _ring(order, rank, lo, hi, channel=c % channels_for(local))
     # step-major across channels: both ends of a connection list its pieces in the same order, and
     # one channel's pieces do not wait behind another's whole ring (a stable sort: in a step, by ring)
@@ -222,15 +241,146 @@ def halving_doubling(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
     return ops
 
 
-SCHEDULES = {"ring": ring, "tree": tree, "hd": halving_doubling, "rings": rail_rings, "hier": hierarchical,
-             "hier-serial": hierarchical_serial}
+# ---- the other collectives -------------------------------------------------------------------
+# All-gather and reduce-scatter work on a buffer of `count` elements cut into one segment per rank
+# (split(0, count, n)[r] is rank r's): all-gather starts with each rank's own segment and ends with
+# all of them; reduce-scatter ends with rank r's segment summed over every rank. All-to-all works
+# on a buffer three times `count` long: the input [0, count) in n equal blocks (count // n each),
+# block j for rank j; the output [count, 2·count), block i from rank i; [2·count, 3·count) a relay's
+# staging (pxn).
 
 
-def schedule(algo: str, n: int, rank: int, count: int, local: int = 1) -> list[Op]:
-    """The ops of `rank` in an all-reduce of `count` elements over `n` ranks, `local` of them per
+def _one_way(n: int, rank: int, count: int, local: int, gather: bool) -> list[Op]:
+    segs = split(0, count, n)
+    return _ring_over(list(range(n)), rank, [[seg] for seg in segs], scatter=not gather, gather=gather, own=0)
+
+
+def _one_way_rings(n: int, rank: int, count: int, local: int, gather: bool) -> list[Op]:
+    segs = split(0, count, n)
+    ops: list[Op] = []
+    for c, order in enumerate(_rail_orders(n, local)):
+        pieces = [[split(*segs[r], local)[c]] for r in order]  # channel c: its 1/local of every rank's segment
+        ops += _ring_over(order, rank, pieces, scatter=not gather, gather=gather, own=0,
+                          channel=c % channels_for(local))
+    return sorted(ops, key=lambda op: op.step)
+
+
+def _one_way_hier(n: int, rank: int, count: int, local: int, gather: bool) -> list[Op]:
+    """All-gather: over the rail first (each GPU gathers its rail's segments: NIC bytes (N-1)·S/n),
+    then over NVLink (every GPU's rail set). Reduce-scatter: the reverse. Each rail set is listed in
+    the order the rail phase finishes or needs its segments, so the two phases pipeline."""
+    server, gpu = divmod(rank, local)
+    servers = n // local
+    segs = split(0, count, n)
+    mine = [server * local + i for i in range(local)]
+    rail = [k * local + gpu for k in range(servers)]
+    by_rail = [[segs[r]] for r in rail]
+    if gather:  # the rail ring finishes this server's segment first, then server-1, server-2, …
+        first = [(server - k) % servers for k in range(servers)]
+        sets = [[segs[k * local + q] for k in first] for q in range(local)]
+        return (_ring_over(rail, rank, by_rail, scatter=False, own=0)
+                + _ring_over(mine, rank, sets, step0=servers - 1, scatter=False, own=0, phase=1))
+    needed = [(server - 1 - k) % servers for k in range(servers)]  # the rail ring sends server-1's first
+    sets = [[segs[k * local + q] for k in needed] for q in range(local)]
+    return (_ring_over(mine, rank, sets, gather=False, own=0)
+            + _ring_over(rail, rank, by_rail, step0=local - 1, gather=False, own=0, phase=1))
+
+
+def alltoall_blocks(n: int, count: int) -> list[tuple[int, int]]:
+    """All-to-all's input blocks: n of count // n elements (a remainder stays where it is)."""
+    b = count // n
+    return [(j * b, (j + 1) * b) for j in range(n)]
+
+
+def alltoall_pairwise(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
+    """n-1 steps; in step s every rank sends to rank+s and receives from rank-s (each pair once)."""
+    blocks = alltoall_blocks(n, count)
+    ops = []
+    for s in range(1, n):
+        to, frm = (rank + s) % n, (rank - s) % n
+        ops.append(Op(s - 1, True, to, *blocks[to]))
+        ops.append(Op(s - 1, False, frm, count + blocks[frm][0], count + blocks[frm][1]))
+    return ops
+
+
+def alltoall_pxn(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
+    """NCCL's PXN: a block for a GPU on another server and another rail goes over NVLink to the GPU of
+    this server on the destination's rail, which sends it over its rail (step 1): no block crosses
+    rails, so none crosses the spines of a rail-optimized fabric. The rest goes straight (step 0)."""
+    if local == 1:
+        return alltoall_pairwise(n, rank, count)
+    blocks = alltoall_blocks(n, count)
+    b = count // n
+    servers = n // local
+    server, gpu = divmod(rank, local)
+
+    def out(src: int) -> tuple[int, int]:
+        return count + blocks[src][0], count + blocks[src][1]
+
+    def staged(src_gpu: int, dst_server: int) -> tuple[int, int]:  # on the relay
+        at = 2 * count + (src_gpu * servers + dst_server) * b
+        return at, at + b
+
+    moves: list[tuple[int, tuple[int, int], Op]] = []  # (step, (origin, destination), op): both ends sort alike
+    for j in range(n):  # this rank's blocks
+        if j != rank:
+            k, g = divmod(j, local)
+            via = j if k == server or g == gpu else server * local + g
+            moves.append((0, (rank, j), Op(0, True, via, *blocks[j])))
+    for i in range(n):  # straight to this rank
+        k, g = divmod(i, local)
+        if i != rank and (k == server or g == gpu):
+            moves.append((0, (i, rank), Op(0, False, i, *out(i))))
+    for g in range(local):  # relayed by this rank: from its server's other GPUs to this rail's other GPUs
+        if g == gpu:
+            continue
+        for k in range(servers):
+            if k != server:
+                origin, destination = server * local + g, k * local + gpu
+                moves.append((0, (origin, destination), Op(0, False, origin, *staged(g, k))))
+                moves.append((1, (origin, destination), Op(1, True, destination, *staged(g, k))))
+    for k in range(servers):  # relayed to this rank by the GPU of each other server on this rail
+        if k == server:
+            continue
+        for g in range(local):
+            if g != gpu:
+                origin = k * local + g
+                moves.append((1, (origin, rank), Op(1, False, k * local + gpu, *out(origin))))
+    return [op for _, _, op in sorted(moves, key=lambda m: (m[0], m[1]))]
+
+
+SCHEDULES: dict[str, Schedule] = {"ring": ring, "tree": tree, "hd": halving_doubling, "rings": rail_rings,
+                                  "hier": hierarchical, "hier-serial": hierarchical_serial}
+COLLECTIVES: dict[str, dict[str, Schedule]] = {
+    "allreduce": SCHEDULES,
+    "allgather": {"ring": partial(_one_way, gather=True), "rings": partial(_one_way_rings, gather=True),
+                  "hier": partial(_one_way_hier, gather=True)},
+    "reducescatter": {"ring": partial(_one_way, gather=False), "rings": partial(_one_way_rings, gather=False),
+                      "hier": partial(_one_way_hier, gather=False)},
+    "alltoall": {"pairwise": alltoall_pairwise, "pxn": alltoall_pxn},
+}
+SERVER_AWARE = ("rings", "hier", "hier-serial", "pxn")  # need the same number of GPUs of each server
+# nccl-tests' bus bandwidth: algbw times this, what each rank's link carries whatever the world size
+BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+              "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n}
+
+
+def algorithms(collective: str) -> tuple[str, ...]:
+    if collective not in COLLECTIVES:
+        raise ValueError(f"collective: unknown {collective!r} (one of {', '.join(COLLECTIVES)})")
+    return tuple(COLLECTIVES[collective])
+
+
+def buffer_count(collective: str, count: int) -> int:
+    """Elements of a rank's working buffer for a collective of `count` (all-to-all: input, output, staging)."""
+    return 3 * count if collective == "alltoall" else count
+
+
+def schedule(algo: str, n: int, rank: int, count: int, local: int = 1, collective: str = "allreduce") -> list[Op]:
+    """The ops of `rank` in a collective of `count` elements over `n` ranks, `local` of them per
     server (server-major); empty ops dropped."""
-    if algo not in SCHEDULES:
-        raise ValueError(f"algo: unknown all-reduce algorithm {algo!r} (one of {', '.join(ALGORITHMS)})")
+    if algo not in algorithms(collective):
+        raise ValueError(f"algo: unknown {collective} algorithm {algo!r} (one of {', '.join(algorithms(collective))})")
     if n < 1:
         raise ValueError(f"world size must be >= 1, got {n}")
     if not 0 <= rank < n:
@@ -239,7 +389,7 @@ def schedule(algo: str, n: int, rank: int, count: int, local: int = 1) -> list[O
         raise ValueError(f"local: {local} GPUs per server do not divide a world of {n}")
     if n == 1:
         return []
-    return [op for op in SCHEDULES[algo](n, rank, count, local) if op.count > 0]
+    return [op for op in COLLECTIVES[collective][algo](n, rank, count, local) if op.count > 0]
 
 
 def bytes_sent(ops: list[Op], itemsize: int = 4) -> dict[int, int]:

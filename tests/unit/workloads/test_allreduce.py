@@ -11,25 +11,34 @@ import numpy as np
 import pytest
 
 from wire import faultsfile
-from workloads.allreduce.data import count_wrong, expected_sum, rank_data
+from workloads.allreduce.data import count_wrong, expected_sum, rank_data, workload
 from workloads.allreduce.executor import Executor, cut
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.allreduce.launcher import AllReduceJob, SizeResult, size_range
-from workloads.allreduce.schedule import ALGORITHMS, algorithms_for, bytes_sent, channels_for, schedule, split
+from workloads.allreduce.schedule import (
+    ALGORITHMS,
+    algorithms,
+    algorithms_for,
+    bytes_sent,
+    channels_for,
+    schedule,
+    split,
+)
 from workloads.allreduce.tuner import TunerCache, candidates
 from workloads.hosts import JobError, LocalSpawner, local_endpoints, parse_size
 
 
-def run_in_threads(algo: str, n: int, count: int, chunk: int, seed: int = 3, local: int = 1) -> list[np.ndarray]:
+def run_in_threads(algo: str, n: int, count: int, chunk: int, seed: int = 3, local: int = 1,
+                   collective: str = "allreduce") -> list[np.ndarray]:
     pairs = {}
     for a in range(n):
         for b in range(a + 1, n):
             for c in range(channels_for(local)):
                 pairs[(a, b, c)], pairs[(b, a, c)] = socket.socketpair()
-    bufs = [rank_data(count, seed, r) for r in range(n)]
+    bufs = [workload(collective, count, seed, n, r).initial.copy() for r in range(n)]
 
     def rank(r: int) -> None:
-        ops = schedule(algo, n, r, count, local)
+        ops = schedule(algo, n, r, count, local, collective)
         conns = {(p, c): pairs[(r, p, c)] for p, c in {(op.peer, op.channel) for op in ops}}
         Executor(cut(ops, chunk), conns, chunk).run(bufs[r])
 
@@ -60,6 +69,42 @@ def test_server_aware_algorithms_sum_exactly_on_every_layout(algo, servers, loca
         expected = expected_sum(count, 3, n)
         for r, buf in enumerate(run_in_threads(algo, n, count, chunk, local=local)):
             assert count_wrong(buf, expected) == 0, (algo, servers, local, count, chunk, r)
+
+
+@pytest.mark.parametrize(("collective", "algo"), [(c, a) for c in ("allgather", "reducescatter", "alltoall")
+                                                  for a in algorithms(c)])
+@pytest.mark.parametrize(("servers", "local"), [(1, 2), (2, 2), (3, 2), (2, 3), (2, 4), (4, 1), (5, 1)])
+def test_every_collective_is_exact_on_every_layout(collective, algo, servers, local):
+    n = servers * local
+    for count, chunk in ((1, 1), (7, 2), (1001, 64), (12345, 1000)):  # not divisible by n or chunk
+        bufs = run_in_threads(algo, n, count, chunk, local=local, collective=collective)
+        for r, buf in enumerate(bufs):
+            assert workload(collective, count, 3, n, r).wrong(buf) == 0, (collective, algo, servers, local, count, r)
+
+
+def test_a_collective_that_did_not_run_is_wrong():
+    """The checks can fail: the untouched buffers are wrong wherever another rank's data belongs."""
+    for collective in ("allgather", "reducescatter", "alltoall"):
+        w = workload(collective, 1000, 3, 4, 1)
+        assert w.wrong(w.initial) > 100, collective
+
+
+def test_hierarchical_collectives_and_pxn_keep_the_nics_and_spines_for_what_must_cross():
+    servers, local, count = 3, 4, 12000
+    n = servers * local
+
+    def fabric_peers(collective: str, algo: str, r: int) -> dict[int, int]:  # to other servers: the NIC
+        sent = bytes_sent(schedule(algo, n, r, count, local, collective))
+        return {peer: b for peer, b in sent.items() if peer // local != r // local}
+
+    for r in range(n):
+        for collective in ("allgather", "reducescatter"):  # hier: (N-1) segments through the NIC, the ring n-1
+            assert sum(fabric_peers(collective, "hier", r).values()) == (servers - 1) * count // n * 4
+        # pxn: every block for another server leaves on this GPU's rail (none crosses rails, so no spine)
+        pxn = fabric_peers("alltoall", "pxn", r)
+        assert all(peer % local == r % local for peer in pxn)
+        assert sum(pxn.values()) == (n - local) * (count // n) * 4  # as much as pairwise, on one rail
+        assert any(peer % local != r % local for peer in fabric_peers("alltoall", "pairwise", r))
 
 
 def test_hier_sends_each_nic_2_n_minus_1_over_n_of_a_gpus_share_and_rings_cross_on_one_rail():
@@ -178,6 +223,20 @@ def test_rank_processes_over_loopback(algo, tmp_path):
         assert len(result.times_s) == 2 and all(t > 0 for t in result.times_s)
         assert {s[0] for s in result.steps} == set(range(n))  # every rank reported its step timings
         assert (tmp_path / f"{algo}{n}" / "results.json").exists()
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter", "alltoall"])
+def test_other_collectives_as_rank_processes_over_loopback(collective, tmp_path):
+    """The ranks take the collective from the launcher and check their own part; the table says it."""
+    spec = JobSpec(local=5, sizes=[4 * 100_003], collective=collective, algo=algorithms(collective)[0],
+                   chunk_bytes=4 * 9_999, iters=1, name=collective)
+    outcome = run_job(spec, progress=None, workdir=tmp_path / collective)
+    assert outcome.wrong == 0
+    (result,) = outcome.results
+    assert result.collective == collective and result.busbw_gbs == pytest.approx(result.algbw_gbs * 4 / 5)
+    assert f"# collective: {collective}" in outcome.table
+    with pytest.raises(JobError, match=f"algo: 'tree' is not a {collective} algorithm"):
+        JobSpec(local=2, collective=collective, algo="tree").check()
 
 
 def test_a_compute_delay_on_one_host_lengthens_its_ranks_own_work_in_the_step_timings(tmp_path):
