@@ -24,8 +24,8 @@ Two more for multi-GPU servers, given `local` = G GPUs per server with the ranks
   all-reduce of each GPU's 1/G share with the same GPU of every other server (over its rail), an
   all-gather ring over NVLink — per slice of the buffer (HIER_SLICES, NCCL's slicing), so the
   rail ring starts after one slice's reduce-scatter and the slices flow through the three phases at
-  once (the executor pipelines by dependency): NVLink and the NICs work together. Each NIC sends 2(N-1)/N · S/G, against the
-  ring's 2(n-1)/n · S over the slowest edge (N servers, n = N·G ranks).
+  once (the executor pipelines by dependency): NVLink and the NICs work together. Each NIC sends
+  2(N-1)/N · S/G, against the ring's 2(n-1)/n · S over the slowest edge (N servers, n = N·G ranks).
 - hier-serial: hier with each phase waiting for the whole of the one before on this rank — the
   baseline that shows what pipelining NVLink and NET gains (not a candidate for the tuner).
 """
