@@ -12,6 +12,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from emulation.rundir import clean_run
 from emulation.switchproc import bmv2_missing
 from tests.integration.helpers import LEAFSPINE_LINK_PREFIXES, links_named
 
@@ -24,6 +25,7 @@ MAKE_RUN_CEILING_S = 90  # comes up and down in ~10 s here; the ceiling is for a
 def test_cli_pingall_and_queues_through_a_tty():
     child = pexpect.spawn(sys.executable, ["-m", "testbed", "run", "--topo", "leafspine", "--dataplane", "soft"],
                           cwd=ROOT, encoding="utf-8", timeout=60)
+    run_dir = None
     try:
         child.expect("StarNet testbed: leafspine")
         child.expect("run directory: (\\S+)")
@@ -104,7 +106,12 @@ def test_cli_pingall_and_queues_through_a_tty():
         child.sendline("exit")
         child.expect(pexpect.EOF, timeout=30)
     finally:
+        if child.isalive():  # a failed expectation: leave the CLI as a user would, then make sure
+            child.sendline("exit")
+            child.expect([pexpect.EOF, pexpect.TIMEOUT], timeout=30)
         child.close(force=True)
+        if run_dir is not None:  # a testbed killed mid-way leaves its switches: the next tests need the names
+            clean_run(run_dir)
     assert child.exitstatus == 0
     assert (run_dir / "controller.log").exists()
     assert links_named(LEAFSPINE_LINK_PREFIXES) == []

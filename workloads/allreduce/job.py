@@ -162,7 +162,7 @@ def background(spec: JobSpec, view: FabricView) -> BackgroundJob:
 def describe(outcome: object, full: bool = False) -> str:
     assert isinstance(outcome, JobOutcome)
     summary = (f"{outcome.spec.name}: done, {' '.join(outcome.hosts)}; "
-               + "; ".join(f"{r.collective} {r.algo} {r.size_bytes} B busbw {r.busbw_gbs * 8e3:.2f} Mbit/s, "
-                           f"{r.wrong} wrong"
+               + "; ".join(f"{'' if r.collective == 'allreduce' else r.collective + ' '}{r.algo} {r.size_bytes} B "
+                           f"busbw {r.busbw_gbs * 8e3:.2f} Mbit/s, {r.wrong} wrong"
                            for r in outcome.results) + f" ({outcome.workdir})")
     return (outcome.table + "\n" + summary) if full else summary
