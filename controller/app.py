@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import logging
+import shutil
 import signal
 import sys
 import time
@@ -190,7 +191,7 @@ class Controller:
                 self.collector.flush()
 
     async def run(self) -> None:
-        server = await start_server(self.run_dir, self.collector, self.advice, self)
+        server, socket_dir = await start_server(self.run_dir, self.collector, self.advice, self)
         metrics = None
         if self.options.metrics_port is not None:
             fidelity = FidelityTail(self.options.fidelity_file) if self.options.fidelity_file else None
@@ -221,6 +222,8 @@ class Controller:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.switches.close()
         await server.stop(0.5)
+        if socket_dir is not None:
+            shutil.rmtree(socket_dir, ignore_errors=True)
         if metrics is not None:
             metrics.shutdown()
             metrics.server_close()

@@ -153,24 +153,18 @@ class AdviceService(pb_grpc.AdviceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
 
-UNIX_PATH_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
-
-
 async def start_server(run_dir: Path, collector: Collector, loop: AdviceLoop,
-                       faults: Faults | None = None) -> grpc.aio.Server:
-    """Serve the API on unix:<run_dir>/controller.sock, or on 127.0.0.1 when that path is too long
-    for a Unix socket; the address used is written to <run_dir>/controller.addr."""
-    path = run_dir / SOCKET_NAME
+                       faults: Faults | None = None) -> tuple[grpc.aio.Server, Path | None]:
+    """Serve the API on unix:<run_dir>/controller.sock (or in a short temporary directory when that
+    path is too long for a Unix socket: that directory is returned second, for the caller to remove); the
+    address used is written to <run_dir>/controller.addr."""
+    path, short = runfiles.unix_socket_path(run_dir / SOCKET_NAME)
     server = grpc.aio.server()
     pb_grpc.add_AdviceServicer_to_server(AdviceService(collector, loop, faults), server)
-    if len(str(path)) <= UNIX_PATH_MAX:
-        path.unlink(missing_ok=True)
-        address = f"unix:{path}"
-        server.add_insecure_port(address)
-    else:
-        port = server.add_insecure_port("127.0.0.1:0")
-        address = f"127.0.0.1:{port}"
+    path.unlink(missing_ok=True)
+    address = f"unix:{path}"
+    server.add_insecure_port(address)
     await server.start()
     (run_dir / runfiles.CONTROLLER_ADDR).write_text(address + "\n")
-    return server
+    return server, short
 

@@ -37,7 +37,16 @@ from emulation.nodes import (
     nvlink_intf,
 )
 from emulation.ports import free_ports
-from emulation.rundir import clean_run, new_run_dir, record_interfaces, record_pid
+from emulation.rundir import (
+    clean_run,
+    holder_of,
+    new_run_dir,
+    reap_orphans,
+    record_interfaces,
+    record_pid,
+    register,
+    unregister,
+)
 from emulation.spawn import LocalSpawner, Spawner
 from emulation.switchproc import BMV2_P4INFO, compile_p4
 from emulation.waiting import wait_until
@@ -166,6 +175,9 @@ class Testbed:
 
     def _start(self) -> None:
         self.started_at = time.time()
+        for line in reap_orphans():
+            info(f"*** {line}\n")
+        register(self.run_dir)
         (self.run_dir / runfiles.TOPOLOGY).write_text(self.topo.to_yaml())
         create_file(self.fidelity_path)
         self.cpu = cpuuse.CpuSampler(self.run_dir).start()
@@ -229,14 +241,12 @@ class Testbed:
         for host in self.topo.hosts:
             address = self.plan.hosts[host.name]
             net.addHost(host.name, ip=f"{address.ip}/32", mac=address.mac)
-        intfs: list[str] = []
+        self._claim_interfaces()
         for link in self.topo.links:
             kwargs: dict[str, int | str] = {}
             for end, node, port in (("1", link.a, link.a_port), ("2", link.b, link.b_port)):
                 kwargs[f"port{end}"] = mininet_port(self.topo, node, port)
                 kwargs[f"intfName{end}"] = intf_name(self.topo, node, port)
-                if self.topo.is_switch(node):
-                    intfs.append(intf_name(self.topo, node, port))
             # MACs of switch ports follow the address plan so next-hop rewrites match the wire.
             for end, node, port in (("1", link.a, link.a_port), ("2", link.b, link.b_port)):
                 kwargs[f"addr{end}"] = self.plan.mac_of(node, None if self.topo.is_host(node) else port)
@@ -244,15 +254,27 @@ class Testbed:
         for server in self.topo.servers:  # NVLink: a bridge per server, a port per GPU (after its eth0)
             rates = {nvlink_intf(self.topo, gpu)[1]: self.topo.nvlink_mbps(gpu) for gpu in server.gpus}
             self.nvlinks[server.name] = net.addSwitch(server.name, cls=self.nodes.nvlink, rate_mbps=rates)
-            intfs.append(server.name)
             for port, gpu in enumerate(server.gpus, 1):
                 mine, bridge = nvlink_intf(self.topo, gpu)
                 net.addLink(gpu, server.name, port1=len(self.topo.host_links(gpu)), port2=port, intfName1=mine,
                             intfName2=bridge)
-                intfs.append(bridge)
-        record_interfaces(self.run_dir, intfs)
         net.build()
         return net
+
+    def _claim_interfaces(self) -> None:
+        """Record the interfaces this fabric makes in the root namespace (switch ports, NVLink bridges and
+        their ports) before any exists, after checking that none does: a clear error, not 'File exists'."""
+        intfs = [intf_name(self.topo, node, port) for link in self.topo.links
+                 for node, port in ((link.a, link.a_port), (link.b, link.b_port)) if self.topo.is_switch(node)]
+        for server in self.topo.servers:
+            intfs += [server.name] + [nvlink_intf(self.topo, gpu)[1] for gpu in server.gpus]
+        if taken := [name for name in intfs if Path(f"/sys/class/net/{name}").exists()]:
+            holder = holder_of(taken[0])
+            raise TestbedError(
+                f"interface {taken[0]} exists already" + (f" ({len(taken)} of this fabric's)" if len(taken) > 1 else "")
+                + (f": the testbed of {holder} is running; stop it first" if holder else
+                   ": a testbed outside this project's records made it; delete it (ip link del) and start again"))
+        record_interfaces(self.run_dir, intfs)
 
     def _start_nvlinks(self) -> None:
         """Each server's NVLink stand-in up, and each GPU's port on it addressed and shaped."""
@@ -390,6 +412,7 @@ class Testbed:
             finally:
                 self.net = None
         clean_run(self.run_dir)
+        unregister(self.run_dir)
         if self._allowed_cc_before is not None:
             restore_allowed(self._allowed_cc_before)
             self._allowed_cc_before = None

@@ -5,6 +5,13 @@ Every process the testbed starts is recorded as ``pids/<label>.pid`` holding its
 kernel start time, so cleanup ends exactly those processes (a reused PID is left alone); every
 interface it creates is listed in ``interfaces.txt`` and every named network namespace in
 ``netns.txt``. Nothing is ever found by name pattern.
+
+Interfaces are the machine's, run directories a checkout's: a testbed killed in one clone (SIGKILL,
+a session's end) leaves its switch ports in the root namespace, where the next testbed of any clone
+would meet them ("File exists"). So every live testbed also registers its run directory with its
+owner (PID and start time) under ``LIVE`` (/run/starnet/live, a tmpfs gone at reboot like the
+interfaces): a starting testbed cleans the run of every entry whose owner is gone
+(``reap_orphans``), and names the live run that holds an interface it needs (``holder_of``).
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Where run directories go: runs/ in the source tree, or any directory STARNET_RUNS names (a
 # scratch disk, a directory shared between machines, a read-only checkout's outside).
 RUNS = Path(os.environ["STARNET_RUNS"]).resolve() if os.environ.get("STARNET_RUNS") else PROJECT_ROOT / "runs"
+# Where live testbeds register, machine-wide (STARNET_LIVE for tests that must not see the real one).
+LIVE = Path(os.environ.get("STARNET_LIVE", "/run/starnet/live"))
 
 
 def new_run_dir(name: str, base: Path = RUNS) -> Path:
@@ -128,9 +137,58 @@ def clean_run(run_dir: Path) -> list[str]:
 
 
 def clean_all(base: Path = RUNS) -> list[str]:
-    done = []
+    """Clean every run under base, and the orphans of any checkout (their owners gone)."""
+    done = reap_orphans()
     if base.exists():
         for run_dir in sorted(base.iterdir()):
             if (run_dir / runfiles.PIDS).is_dir():
                 done += clean_run(run_dir)
     return done
+
+
+def register(run_dir: Path, live: Path = LIVE) -> None:
+    """Record, machine-wide, that this process owns the testbed of run_dir (see the module's doc)."""
+    live.mkdir(parents=True, exist_ok=True)
+    pid = os.getpid()
+    (live / run_dir.name).write_text(f"{pid} {process_start_time(pid) or '?'}\n{run_dir.resolve()}\n")
+
+
+def unregister(run_dir: Path, live: Path = LIVE) -> None:
+    (live / run_dir.name).unlink(missing_ok=True)
+
+
+def _entries(live: Path) -> list[tuple[Path, bool, Path]]:
+    """Each registered run: (entry, its owner is alive, its run directory)."""
+    entries = []
+    for entry in sorted(live.iterdir()) if live.is_dir() else []:
+        try:
+            owner, path = entry.read_text().splitlines()[:2]
+            pid_text, start = owner.split()
+            entries.append((entry, _alive_as_recorded(int(pid_text), start), Path(path)))
+        except FileNotFoundError:  # unregistered meanwhile
+            continue
+        except ValueError:  # a half-written entry of a process killed while writing it
+            entries.append((entry, False, Path("/nonexistent")))
+    return entries
+
+
+def reap_orphans(live: Path = LIVE) -> list[str]:
+    """Clean the run of every registered testbed whose owning process is gone; say what was done."""
+    done = []
+    for entry, alive, run_dir in _entries(live):
+        if alive:
+            continue
+        cleaned = clean_run(run_dir) if (run_dir / runfiles.PIDS).is_dir() else []
+        if cleaned:
+            done.append(f"cleaned what {run_dir} left (its owner is gone): " + "; ".join(cleaned))
+        entry.unlink(missing_ok=True)
+    return done
+
+
+def holder_of(name: str, live: Path = LIVE) -> Path | None:
+    """The run directory of the live testbed that created interface `name`, if one did."""
+    for _entry, alive, run_dir in _entries(live):
+        listing = run_dir / runfiles.INTERFACES
+        if alive and listing.exists() and name in listing.read_text().split():
+            return run_dir
+    return None

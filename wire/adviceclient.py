@@ -13,7 +13,7 @@ from wire import runfiles
 
 
 def address(run_dir: Path) -> str:
-    """The controller's address (unix:<run dir>/controller.sock or 127.0.0.1:port), as it wrote it."""
+    """The controller's address (unix:<run dir>/controller.sock, or a shorter path), as it wrote it."""
     return (run_dir / runfiles.CONTROLLER_ADDR).read_text().strip()
 
 

@@ -7,7 +7,7 @@ components write into it and the lab, the console and the tests read it:
     topology.yaml            the fabric (emulation writes; the controller, workloads, lab read)
     switches.json            each switch's P4Runtime address, device id and kind (emulation)
     switches/<sw>.log, switches/<sw>.stats.json, switches/<sw>.faults   one per switch process
-    controller.addr          where the advice API listens (a unix: path, controller.sock, or 127.0.0.1:port)
+    controller.addr          where the advice API listens (unix: controller.sock, or a short temp path)
     controller.ready, controller.log, controller.out, p4runtime-requests.log
     metrics.addr             where the controller serves Prometheus /metrics (127.0.0.1:port)
     live.addr                where the controller serves the live page (127.0.0.1:port)
@@ -34,6 +34,7 @@ import csv
 import io
 import json
 import math
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ SWITCHES = "switches.json"
 SWITCH_DIR = "switches"
 CONTROLLER_ADDR = "controller.addr"
 CONTROLLER_SOCK = "controller.sock"
+UNIX_PATH_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
 CONTROLLER_READY = "controller.ready"
 CONTROLLER_LOG = "controller.log"
 CONTROLLER_OUT = "controller.out"
@@ -241,3 +243,13 @@ def read_suspects(run_dir: Path) -> list[tuple[float, list[tuple[str, str, float
             out[-1][1].append(entry)
     return out
 
+
+
+def unix_socket_path(path: Path) -> tuple[Path, Path | None]:
+    """Where to bind a Unix socket meant to be at `path`: there, or, when the path is too long for one
+    (a deep STARNET_RUNS), a socket of the same name in a short temporary directory, returned second for
+    the owner to remove. Never 127.0.0.1 instead: host namespaces share the filesystem, not the loopback."""
+    if len(str(path)) <= UNIX_PATH_MAX:
+        return path, None
+    short = Path(tempfile.mkdtemp(prefix="starnet-"))
+    return short / path.name, short

@@ -19,7 +19,6 @@ import json
 import re
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -28,8 +27,8 @@ from pathlib import Path
 from typing import Protocol, TextIO
 
 from emulation.rundir import stop_process
+from wire.runfiles import unix_socket_path
 
-UNIX_PATH_MAX = 107
 START_TIMEOUT_S = 60.0
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]?)i?B?\s*$", re.IGNORECASE)
 
@@ -94,14 +93,6 @@ class LocalSpawner:
         pass
 
 
-def _control_path(workdir: Path) -> tuple[Path, Path | None]:
-    path = workdir / "control.sock"
-    if len(str(path)) <= UNIX_PATH_MAX:
-        return path, None
-    short = Path(tempfile.mkdtemp(prefix="starnet-job-"))
-    return short / "control.sock", short
-
-
 ArgvOf = Callable[[int, Endpoint, Path], list[str]]
 
 
@@ -145,7 +136,7 @@ class ProcessGroup:
 
     def _start(self, argv_of: ArgvOf) -> list[dict]:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        path, self._tmp = _control_path(self.workdir)
+        path, self._tmp = unix_socket_path(self.workdir / "control.sock")
         path.unlink(missing_ok=True)
         self._path = path
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

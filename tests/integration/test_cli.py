@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 
 from emulation.rundir import clean_run
 from emulation.switchproc import bmv2_missing
-from tests.integration.helpers import LEAFSPINE_LINK_PREFIXES, links_named
+from tests.integration.helpers import LEAFSPINE_LINK_PREFIXES, links_named, pid_alive
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 
@@ -127,6 +128,34 @@ def test_make_run_without_tty_exits_zero_quickly():
     print(f"echo exit | make run: {elapsed:.1f} s")
     assert elapsed < MAKE_RUN_CEILING_S, f"make run took {elapsed:.1f} s"
     assert links_named(LEAFSPINE_LINK_PREFIXES) == []
+
+
+def test_a_testbed_killed_outright_is_cleaned_by_the_next_one_from_any_checkout(tmp_path):
+    """SIGKILL (a session's end, the OOM killer) leaves the switch processes and their ports in the root
+    namespace; the next testbed, whose runs are elsewhere (another clone: STARNET_RUNS), cleans them."""
+    child = pexpect.spawn(sys.executable, ["-m", "testbed", "run", "--topo", "leafspine", "--dataplane", "soft"],
+                          cwd=ROOT, encoding="utf-8", timeout=60)
+    killed_run = None
+    try:
+        child.expect("run directory: (\\S+)")
+        killed_run = Path(child.match.group(1))
+        child.expect_exact("mininet> ")
+        child.kill(9)
+        child.wait()
+        left = [line.split() for line in (p.read_text() for p in (killed_run / "pids").glob("switch-*.pid"))]
+        assert left and all(pid_alive(int(pid), start) for pid, start in left)  # what the kill leaves
+        assert links_named(LEAFSPINE_LINK_PREFIXES) != []
+        result = subprocess.run("echo exit | make run", shell=True, cwd=ROOT, capture_output=True, text=True,
+                                timeout=120, env={**os.environ, "STARNET_RUNS": str(tmp_path / "runs")})
+        out = result.stdout + result.stderr
+        assert result.returncode == 0, out[-3000:]
+        assert f"cleaned what {killed_run} left (its owner is gone)" in out
+        assert not any(pid_alive(int(pid), start) for pid, start in left)
+        assert links_named(LEAFSPINE_LINK_PREFIXES) == []
+    finally:
+        child.close(force=True)
+        if killed_run is not None:
+            clean_run(killed_run)
 
 
 @pytest.mark.skipif(not bmv2_missing(), reason="BMv2 is installed here: the fail-fast path cannot be shown")

@@ -106,7 +106,7 @@ async def with_api(tmp_path, faults, body):
     plan = AddressPlan(TOPO)
     collector = Collector({plan.switches[s.name].device_id: s.name for s in TOPO.switches})
     loop = AdviceLoop(TOPO, plan, collector, tmp_path, "none")
-    server = await start_server(tmp_path, collector, loop, faults)
+    server, _ = await start_server(tmp_path, collector, loop, faults)
     try:
         async with grpc.aio.insecure_channel((tmp_path / "controller.addr").read_text().strip()) as channel:
             await body(pb_grpc.AdviceStub(channel))

@@ -26,7 +26,7 @@ async def with_api(tmp_path, body, mode="advice"):
     plan = AddressPlan(topo)
     collector = Collector({plan.switches[s.name].device_id: s.name for s in topo.switches})
     loop = AdviceLoop(topo, plan, collector, tmp_path, mode)
-    server = await start_server(tmp_path, collector, loop)
+    server, _ = await start_server(tmp_path, collector, loop)
     try:
         address = (tmp_path / "controller.addr").read_text().strip()
         async with grpc.aio.insecure_channel(address) as channel:

@@ -31,3 +31,30 @@ def test_by_default_run_directories_are_under_the_source_tree() -> None:
     runs = subprocess.run([sys.executable, "-c", "from emulation.rundir import RUNS; print(RUNS)"], env=env,
                           capture_output=True, text=True, check=True, timeout=60).stdout.strip()
     assert Path(runs) == PROJECT_ROOT / "runs"
+
+
+def test_a_testbed_whose_owner_died_is_cleaned_by_the_next_and_a_live_one_is_left(tmp_path: Path) -> None:
+    from emulation.rundir import holder_of, new_run_dir, reap_orphans, record_interfaces, record_pid, register
+
+    live = tmp_path / "live"
+    orphan, mine = new_run_dir("orphan", tmp_path / "runs"), new_run_dir("mine", tmp_path / "runs")
+    # The orphan's owner: a process that registers the run and dies (as a killed pytest would).
+    subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from emulation.rundir import register;"
+                    " register(Path(sys.argv[1]), Path(sys.argv[2]))", str(orphan), str(live)],
+                   check=True, timeout=60, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
+    left, kept = (subprocess.Popen(["sleep", "60"]) for _ in range(2))
+    try:
+        record_pid(orphan, "switch-s1", left.pid)
+        record_pid(mine, "switch-s1", kept.pid)
+        record_interfaces(mine, ["s1-eth1"])
+        register(mine, live)
+        assert holder_of("s1-eth1", live) == mine.resolve() and holder_of("s1-eth2", live) is None
+        done = reap_orphans(live)
+        assert len(done) == 1 and str(orphan) in done[0] and f"pid {left.pid}" in done[0]
+        assert left.wait(10) != 0 and kept.poll() is None
+        assert sorted(p.name for p in live.iterdir()) == [mine.name]  # the orphan's entry is gone
+        assert reap_orphans(live) == []
+    finally:
+        for proc in (left, kept):
+            proc.kill()
+            proc.wait()

@@ -108,7 +108,7 @@ class ControllerApi:
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(5)
 
     def start(self) -> None:
-        self.server = asyncio.run_coroutine_threadsafe(
+        self.server, _ = asyncio.run_coroutine_threadsafe(
             start_server(self.run_dir, self.advice.collector, self.advice), self.loop).result(5)
 
     def stop(self) -> None:

@@ -41,7 +41,9 @@ def test_every_piece_is_reported_with_its_own_work_and_a_slow_rank_shows(tmp_pat
 
     async def serve():
         collector = Collector({plan.switches[s.name].device_id: s.name for s in topo.switches})
-        return await start_server(tmp_path, collector, AdviceLoop(topo, plan, collector, tmp_path, "none"), recorder)
+        server, _ = await start_server(tmp_path, collector, AdviceLoop(topo, plan, collector, tmp_path, "none"),
+                                       recorder)
+        return server
 
     server = asyncio.run_coroutine_threadsafe(serve(), loop).result(10)
     try:
