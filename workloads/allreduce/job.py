@@ -31,10 +31,11 @@ class JobSpec:
     """hosts: Mininet host names (or local=N ranks on loopback); sizes: message sizes in bytes;
     collective: allreduce | allgather | reducescatter | alltoall; algo: one of the collective's
     (allreduce: ring | tree | hd | rings | hier (servers) | auto); chunk_bytes: pipelining unit;
-    order: topology | given;
-    declare: declare demands to the controller (None: whenever the testbed has one; its ranks report
-    their step timings there whatever this says); port_base: fixed
-    TCP ports for the ranks (0: ephemeral), so repeated runs take the same ECMP paths."""
+    order: topology | given; split: of what a server's GPUs exchange, the share sent through their
+    NICs (TCCL's NVLink+NET parallel path; 0: all over NVLink); declare: declare demands to the
+    controller (None: whenever the testbed has one; its ranks report their step timings there
+    whatever this says); port_base: fixed TCP ports for the ranks (0: ephemeral), so repeated runs
+    take the same ECMP paths."""
 
     hosts: list[str] = field(default_factory=list)
     local: int = 0
@@ -52,6 +53,7 @@ class JobSpec:
     tuner_iters: int = 2
     port_base: int = 0
     collective: str = "allreduce"
+    split: float = 0.0
 
     def check(self) -> None:
         if self.collective not in COLLECTIVES:
@@ -65,6 +67,8 @@ class JobSpec:
             raise JobError("hosts and local: give one of them")
         if not self.sizes or any(s < 4 or s % 4 for s in self.sizes):
             raise JobError(f"size: every size must be a positive multiple of 4 bytes, got {self.sizes}")
+        if not 0 <= self.split <= 1:
+            raise JobError(f"split: must be within 0..1 (a share of the NVLink traffic), got {self.split:g}")
         if self.chunk_bytes < 4:
             raise JobError(f"chunk: must be >= 4 bytes, got {self.chunk_bytes}")
         if self.port_base and not 1024 <= self.port_base <= 65535 - 100:
@@ -143,7 +147,7 @@ def run_job(spec: JobSpec, view: FabricView | None = None, progress: Callable[[s
                     progress(f"{spec.name}: auto → {algo} chunk {chunk} B"
                              f" ({'cached' if chosen.cached else 'tuned now'})")
             results.append(job.measure(size, algo=algo, chunk_bytes=chunk, iters=spec.iters, warmup=spec.warmup,
-                                       progress=progress, collective=spec.collective))
+                                       progress=progress, collective=spec.collective, split=spec.split))
     outcome = JobOutcome(spec, hosts, workdir, results, link_mbps, picks)
     meta = {"job": spec.name, "hosts": hosts, "spec": {k: str(v) if isinstance(v, Path) else v
                                                        for k, v in asdict(spec).items()},

@@ -55,6 +55,12 @@ class SizeResult:
     steps: list[list] = field(default_factory=list)  # last iteration: [rank, step, send, peer, bytes, start, end,
     #                                                    compute]
     collective: str = "allreduce"
+    split: float = 0.0  # of what a server's GPUs exchange, the share sent through their NICs
+
+    @property
+    def label(self) -> str:
+        """The algorithm, and the NVLink+NET split where there is one: 'hier+25%net'."""
+        return f"{self.algo}+{self.split:.0%}net" if self.split else self.algo
 
     @property
     def count(self) -> int:
@@ -80,7 +86,7 @@ class SizeResult:
 
     def to_dict(self) -> dict:
         out = asdict(self)
-        out.update(count=self.count, type="float", redop=self.redop, time_us=self.time_s * 1e6,
+        out.update(count=self.count, type="float", redop=self.redop, label=self.label, time_us=self.time_s * 1e6,
                    algbw_gbs=self.algbw_gbs, busbw_gbs=self.busbw_gbs, busbw_mbps=self.busbw_gbs * 8e3)
         return out
 
@@ -96,7 +102,7 @@ def format_table(results: list[SizeResult], link_mbps: float | None = None) -> s
     if kinds != ["allreduce"]:
         lines.insert(0, f"# collective: {', '.join(kinds)}")
     for r in results:
-        line = (f"  {r.size_bytes:>10} {r.count:>10} {'float':>6} {r.redop:>6} {r.algo:>5} "
+        line = (f"  {r.size_bytes:>10} {r.count:>10} {'float':>6} {r.redop:>6} {r.label:>5} "
                 f"{format_size(r.chunk_bytes):>6} {r.time_s * 1e6:>11.0f} {r.algbw_gbs:>8.4f} {r.busbw_gbs:>8.4f} "
                 f"{r.wrong:>7} {r.busbw_gbs * 8e3:>8.2f}")
         if link_mbps:
@@ -197,8 +203,11 @@ class AllReduceJob:
     # ---- running -----------------------------------------------------------------------------
     def measure(self, size_bytes: int, algo: str = "ring", chunk_bytes: int = DEFAULT_CHUNK_BYTES, iters: int = 5,
                 warmup: int = 1, progress: Callable[[str], None] | None = None,
-                collective: str = "allreduce") -> SizeResult:
-        """Run `warmup` + `iters` collectives of `size_bytes` and return the timed ones."""
+                collective: str = "allreduce", split: float = 0.0) -> SizeResult:
+        """Run `warmup` + `iters` collectives of `size_bytes` and return the timed ones (split: of
+        what GPUs of one server exchange, the share sent through their NICs)."""
+        if not 0 <= split <= 1:
+            raise JobError(f"split: must be within 0..1 (a share of the NVLink traffic), got {split:g}")
         try:
             known = algorithms(collective)
         except ValueError as exc:
@@ -218,25 +227,28 @@ class AllReduceJob:
         wrong = 0
         steps: list[list] = []
         for i in range(warmup + iters):
-            elapsed, bad, steps = self._iterate(size_bytes // ITEMSIZE, algo, chunk_bytes // ITEMSIZE, collective)
+            elapsed, bad, steps = self._iterate(size_bytes // ITEMSIZE, algo, chunk_bytes // ITEMSIZE, collective,
+                                                split)
             wrong = max(wrong, bad)
             if i >= warmup:
                 times.append(elapsed)
             if progress:
                 kind = "warm-up" if i < warmup else f"iter {i - warmup + 1}/{iters}"
-                what = algo if collective == "allreduce" else f"{collective} {algo}"
+                what = (algo if collective == "allreduce" else f"{collective} {algo}") + (
+                    f" split {split:.0%}" if split else "")
                 progress(f"{self.name}: {format_size(size_bytes)} {what} chunk {format_size(chunk_bytes)} {kind}: "
                          f"{elapsed:.3f} s{'' if not bad else f', {bad} WRONG'}")
-        return SizeResult(size_bytes, algo, chunk_bytes, self.world, times, wrong, steps, collective)
+        return SizeResult(size_bytes, algo, chunk_bytes, self.world, times, wrong, steps, collective, split)
 
     def sweep(self, sizes_bytes: list[int], **kwargs: Any) -> list[SizeResult]:
         return [self.measure(size, **kwargs) for size in sizes_bytes]
 
-    def _iterate(self, count: int, algo: str, chunk: int, collective: str) -> tuple[float, int, list[list]]:
+    def _iterate(self, count: int, algo: str, chunk: int, collective: str,
+                 split: float) -> tuple[float, int, list[list]]:
         self.iteration += 1
         it = self.iteration
         self.group.broadcast({"run": {"count": count, "algo": algo, "chunk": chunk, "iter": it,
-                                      "collective": collective}})
+                                      "collective": collective, "split": split}})
         for rank in range(self.world):
             self.group.expect(rank, "ready")
         self.group.broadcast({"go": it})

@@ -5,7 +5,7 @@ It talks to the launcher over a Unix socket (JSON lines; Mininet hosts share the
 the other ranks over TCP: a full mesh, so one job can run every algorithm. Protocol, launcher → rank:
   ← {"hello": rank, "port": data port[, "nvport": NVLink port]}
                                              → {"peers": [[ip, port, server, nvlink ip, nvlink port], …]}
-  ← {"connected": n}                         → {"run": {"count", "algo", "chunk", "iter"[, "collective"]}}
+  ← {"connected": n}                         → {"run": {"count", "algo", "chunk", "iter"[, "collective", "split"]}}
   ← {"ready": iter}                          → {"go": iter}
   ← {"done": iter, "start", "end", "wrong", "steps"} or {"error": text}   … → {"exit": true}
 With --controller it reports its pieces' timings there as they complete (ReportSteps: evidence for
@@ -13,6 +13,9 @@ fault localisation) and, with --declare, declares its transfers before sending (
 --faults-file it follows the compute delay injected on its host (a slow host). A GPU of a multi-GPU
 server (--nvlink-ip) also listens on its NVLink address and reaches the ranks of its own server there:
 those transfers never cross the fabric, so they are neither declared nor reported to the controller.
+It also keeps one connection to each of them through the NICs (NET_CHANNEL), for the share of their
+transfers a run's `split` sends that way (TCCL's NVLink+NET parallel path); that share is declared
+and reported like any transfer through the fabric.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 from wire.faultsfile import Followed
 from workloads.allreduce.data import Workload, workload
 from workloads.allreduce.executor import ComputeDelay, Executor, PeerError, Piece, cut
-from workloads.allreduce.schedule import bytes_sent, channels_for, schedule
+from workloads.allreduce.schedule import NET_CHANNEL, Op, bytes_sent, channels_for, schedule
 from workloads.hosts import Control
 
 log = logging.getLogger("allreduce.rank")
@@ -75,18 +78,25 @@ def _tune(sock: socket.socket, cc: str | None) -> None:
             raise SystemExit(f"--cc {cc}: the kernel refused it ({exc}); available: {available}") from exc
 
 
+def links_to(args: argparse.Namespace, peers: list[list], peer: int) -> list[tuple[int, bool]]:
+    """The connections to `peer` as (channel, over NVLink): channels_for(--local) of them, over NVLink
+    to a GPU of this server and then one more through the NICs (NET_CHANNEL, the NVLink+NET split);
+    over the fabric to the others."""
+    channels = channels_for(args.local)
+    if same_server(peers, args.rank, peer):
+        return [(c, True) for c in range(channels)] + [(NET_CHANNEL, False)]
+    return [(c, False) for c in range(channels)]
+
+
 def connect_mesh(args: argparse.Namespace, listeners: dict[bool, socket.socket],
                  peers: list[list]) -> dict[tuple[int, int], socket.socket]:
-    """Rank r connects to every higher rank and accepts every lower one, channels_for(--local)
-    connections each; over NVLink (listeners[True]) to the ranks of its own server, over the fabric
-    (listeners[False]) to the others. Keyed (peer, channel)."""
-    channels = channels_for(args.local)
+    """Rank r connects to every higher rank and accepts every lower one (links_to: over NVLink at
+    listeners[True], over the fabric at listeners[False]). Keyed (peer, channel)."""
     conns: dict[tuple[int, int], socket.socket] = {}
     for peer in range(args.rank + 1, args.world):
-        nvlink = same_server(peers, args.rank, peer)
-        ip, port = (peers[peer][3], peers[peer][4]) if nvlink else (peers[peer][0], peers[peer][1])
-        address = (str(ip), int(port))  # JSON gives a list; sockets want a tuple
-        for channel in range(channels):
+        for channel, nvlink in links_to(args, peers, peer):
+            ip, port = (peers[peer][3], peers[peer][4]) if nvlink else (peers[peer][0], peers[peer][1])
+            address = (str(ip), int(port))  # JSON gives a list; sockets want a tuple
             if args.port_base and channel == 0:
                 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -99,7 +109,7 @@ def connect_mesh(args: argparse.Namespace, listeners: dict[bool, socket.socket],
             sock.sendall(HELLO.pack(args.rank, channel))
             conns[(peer, channel)] = sock
     for nvlink, listener in listeners.items():
-        expected = channels * sum(1 for peer in range(args.rank) if same_server(peers, args.rank, peer) == nvlink)
+        expected = sum(1 for peer in range(args.rank) for _, over in links_to(args, peers, peer) if over == nvlink)
         listener.settimeout(args.timeout_s)
         for _ in range(expected):
             sock, _ = listener.accept()
@@ -123,7 +133,8 @@ class ControllerLink:
 
     def __init__(self, address: str, my_ip: str, peer_ips: list[str], declare: bool, job: str, rank: int,
                  report_s: float = 0.5, nvlink_peers: frozenset[int] = frozenset()) -> None:
-        """nvlink_peers: ranks reached over NVLink, whose transfers the fabric never sees."""
+        """nvlink_peers: ranks reached over NVLink, whose transfers the fabric never sees (but for
+        those through the NICs, NET_CHANNEL: over_fabric)."""
         import grpc
 
         from wire import advice_pb2 as pb
@@ -147,10 +158,14 @@ class ControllerLink:
         self.reporter = threading.Thread(target=self._report_every, args=(report_s,), daemon=True)
         self.reporter.start()
 
-    def declare(self, sent: dict[int, int]) -> None:
+    def over_fabric(self, op: Op) -> bool:
+        return op.peer not in self.nvlink_peers or op.channel == NET_CHANNEL
+
+    def declare(self, ops: list[Op]) -> None:
+        """Declare what `ops` send through the fabric, and withdraw what they no longer send."""
         if not self.declaring:
             return
-        sent = {peer: nbytes for peer, nbytes in sent.items() if peer not in self.nvlink_peers}
+        sent = bytes_sent([op for op in ops if self.over_fabric(op)])
         for peer, nbytes in sent.items():
             dst = self.peer_ips[peer]
             self.stub.DeclareDemand(self.pb.DemandRequest(src=self.my_ip, dst=dst, bytes=nbytes), timeout=5)
@@ -167,7 +182,7 @@ class ControllerLink:
 
     def piece_done(self, piece: Piece, nbytes: int, start: float, end: float, work: float) -> None:
         """The executor's on_piece."""
-        if piece.op.peer in self.nvlink_peers:
+        if not self.over_fabric(piece.op):
             return
         step = self.pb.StepTime(step=piece.op.step, send=piece.op.send, peer=self.peer_ips[piece.op.peer],
                                 bytes=nbytes, start_s=max(0.0, start - self.iteration_start),
@@ -229,16 +244,16 @@ def follow_faults(path: Path, delay: ComputeDelay, stop: threading.Event, period
             return
 
 
-def _plan(plans: dict[tuple, tuple], key: tuple[int, str, int, str], args: argparse.Namespace,
+def _plan(plans: dict[tuple, tuple], key: tuple[int, str, int, str, float], args: argparse.Namespace,
           conns: dict[tuple[int, int], socket.socket], delay: ComputeDelay,
-          link: ControllerLink | None) -> tuple[Executor, dict[int, int]]:
-    """The executor of (count, algo, chunk, collective) and the bytes it sends, made once (one plan kept)."""
+          link: ControllerLink | None) -> tuple[Executor, list[Op]]:
+    """The executor of (count, algo, chunk, collective, split) and its ops, made once (one plan kept)."""
     if key not in plans:
-        count, algo, chunk, collective = key
-        ops = schedule(algo, args.world, args.rank, count, args.local, collective)
+        count, algo, chunk, collective, split = key
+        ops = schedule(algo, args.world, args.rank, count, args.local, collective, split)
         plans.clear()
         plans[key] = (Executor(cut(ops, chunk), {c: conns[c] for c in {(op.peer, op.channel) for op in ops}}, chunk,
-                               delay, link.piece_done if link else None), bytes_sent(ops))
+                               delay, link.piece_done if link else None), ops)
     return plans[key]
 
 
@@ -285,10 +300,11 @@ def main(argv: list[str] | None = None) -> int:
                 inputs.clear()  # one size at a time: a sweep never holds two sizes' buffers
                 inputs[(count, collective)] = workload(collective, count, args.seed, args.world, args.rank)
             data = inputs[(count, collective)]
-            executor, sent = _plan(plans, (count, run["algo"], run["chunk"], collective), args, conns, delay, link)
+            executor, ops = _plan(plans, (count, run["algo"], run["chunk"], collective, run.get("split", 0.0)), args,
+                                  conns, delay, link)
             buf = data.initial.copy()
             if link is not None:
-                link.declare(sent)
+                link.declare(ops)
             control.send({"ready": run["iter"]})
             control.recv()  # go
             start = time.monotonic()

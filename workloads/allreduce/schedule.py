@@ -33,7 +33,7 @@ Two more for multi-GPU servers, given `local` = G GPUs per server with the ranks
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 FLAT = ("ring", "tree", "hd")  # blind to servers
@@ -41,6 +41,7 @@ ALGORITHMS = (*FLAT, "rings", "hier", "hier-serial")
 
 
 CHANNELS = 2  # connections per rank pair where servers hold several ranks (one elsewhere)
+NET_CHANNEL = CHANNELS  # one more between GPUs of a server, through their NICs: TCCL's NVLink+NET split
 
 
 def channels_for(local: int) -> int:
@@ -376,9 +377,33 @@ def buffer_count(collective: str, count: int) -> int:
     return 3 * count if collective == "alltoall" else count
 
 
-def schedule(algo: str, n: int, rank: int, count: int, local: int = 1, collective: str = "allreduce") -> list[Op]:
+def split_over_net(ops: list[Op], rank: int, local: int, split: float) -> list[Op]:
+    """TCCL's NVLink+NET heterogeneous parallel path: of every transfer between GPUs of one server,
+    the last `split` of its elements go through the two GPUs' NICs and the fabric (NET_CHANNEL), the
+    rest over NVLink. Both ends cut a transfer at the same element, in the same order."""
+    if split <= 0 or local == 1:
+        return ops
+    out = []
+    for op in ops:
+        if op.peer // local != rank // local:
+            out.append(op)
+            continue
+        at = op.stop - round(op.count * split)
+        if at > op.start:
+            out.append(replace(op, stop=at))
+        if at < op.stop:
+            out.append(replace(op, start=at, channel=NET_CHANNEL))
+    return out
+
+
+def schedule(algo: str, n: int, rank: int, count: int, local: int = 1, collective: str = "allreduce",
+             split: float = 0.0) -> list[Op]:
     """The ops of `rank` in a collective of `count` elements over `n` ranks, `local` of them per
-    server (server-major); empty ops dropped."""
+    server (server-major), `split` of what GPUs of a server exchange sent through their NICs;
+    empty ops dropped."""
+    if not 0 <= split <= 1:
+        raise ValueError(f"split: the share of a server's internal traffic sent through the NICs must be "
+                         f"within 0..1, got {split:g}")
     if algo not in algorithms(collective):
         raise ValueError(f"algo: unknown {collective} algorithm {algo!r} (one of {', '.join(algorithms(collective))})")
     if n < 1:
@@ -389,7 +414,8 @@ def schedule(algo: str, n: int, rank: int, count: int, local: int = 1, collectiv
         raise ValueError(f"local: {local} GPUs per server do not divide a world of {n}")
     if n == 1:
         return []
-    return [op for op in COLLECTIVES[collective][algo](n, rank, count, local) if op.count > 0]
+    ops = [op for op in COLLECTIVES[collective][algo](n, rank, count, local) if op.count > 0]
+    return split_over_net(ops, rank, local, split)
 
 
 def bytes_sent(ops: list[Op], itemsize: int = 4) -> dict[int, int]:

@@ -17,6 +17,7 @@ from workloads.allreduce.job import JobSpec, run_job
 from workloads.allreduce.launcher import AllReduceJob, SizeResult, size_range
 from workloads.allreduce.schedule import (
     ALGORITHMS,
+    NET_CHANNEL,
     algorithms,
     algorithms_for,
     bytes_sent,
@@ -25,20 +26,20 @@ from workloads.allreduce.schedule import (
     split,
 )
 from workloads.allreduce.tuner import TunerCache, candidates
-from workloads.hosts import JobError, LocalSpawner, local_endpoints, parse_size
+from workloads.hosts import Endpoint, JobError, LocalSpawner, local_endpoints, parse_size
 
 
 def run_in_threads(algo: str, n: int, count: int, chunk: int, seed: int = 3, local: int = 1,
-                   collective: str = "allreduce") -> list[np.ndarray]:
+                   collective: str = "allreduce", split: float = 0.0) -> list[np.ndarray]:
     pairs = {}
     for a in range(n):
         for b in range(a + 1, n):
-            for c in range(channels_for(local)):
+            for c in [*range(channels_for(local)), *([NET_CHANNEL] if a // local == b // local else [])]:
                 pairs[(a, b, c)], pairs[(b, a, c)] = socket.socketpair()
     bufs = [workload(collective, count, seed, n, r).initial.copy() for r in range(n)]
 
     def rank(r: int) -> None:
-        ops = schedule(algo, n, r, count, local, collective)
+        ops = schedule(algo, n, r, count, local, collective, split)
         conns = {(p, c): pairs[(r, p, c)] for p, c in {(op.peer, op.channel) for op in ops}}
         Executor(cut(ops, chunk), conns, chunk).run(bufs[r])
 
@@ -80,6 +81,36 @@ def test_every_collective_is_exact_on_every_layout(collective, algo, servers, lo
         bufs = run_in_threads(algo, n, count, chunk, local=local, collective=collective)
         for r, buf in enumerate(bufs):
             assert workload(collective, count, 3, n, r).wrong(buf) == 0, (collective, algo, servers, local, count, r)
+
+
+@pytest.mark.parametrize(("collective", "algo"), [("allreduce", "hier"), ("allreduce", "rings"),
+                                                  ("allreduce", "ring"), ("allgather", "hier"),
+                                                  ("reducescatter", "hier"), ("alltoall", "pxn")])
+@pytest.mark.parametrize("share", [0.25, 1.0])
+def test_the_nvlink_net_split_stays_exact(collective, algo, share):
+    for servers, local in ((2, 2), (2, 4), (3, 3)):
+        n = servers * local
+        for count, chunk in ((7, 2), (12345, 1000)):
+            bufs = run_in_threads(algo, n, count, chunk, local=local, collective=collective, split=share)
+            for r, buf in enumerate(bufs):
+                assert workload(collective, count, 3, n, r).wrong(buf) == 0, (collective, algo, local, count, r)
+
+
+def test_the_split_sends_its_share_of_a_servers_internal_bytes_through_the_nics():
+    servers, local, count = 2, 4, 80_000
+    n = servers * local
+    for r in range(n):
+        whole = schedule("hier", n, r, count, local)
+        for share in (0.0, 0.25, 0.5):
+            ops = schedule("hier", n, r, count, local, split=share)
+            inside = [op for op in whole if op.peer // local == r // local]
+            net = [op for op in ops if op.channel == NET_CHANNEL]
+            assert sum(op.count for op in net) == pytest.approx(share * sum(op.count for op in inside), rel=0.01)
+            assert all(op.peer // local == r // local for op in net)  # only a server's internal transfers
+            assert sum(op.count for op in ops) == sum(op.count for op in whole)  # nothing lost or doubled
+    assert schedule("hier", n, 0, count, local, split=0.0) == schedule("hier", n, 0, count, local)
+    with pytest.raises(ValueError, match="split: .* within 0..1, got 1.5"):
+        schedule("hier", n, 0, count, local, split=1.5)
 
 
 def test_a_collective_that_did_not_run_is_wrong():
@@ -237,6 +268,19 @@ def test_other_collectives_as_rank_processes_over_loopback(collective, tmp_path)
     assert f"# collective: {collective}" in outcome.table
     with pytest.raises(JobError, match=f"algo: 'tree' is not a {collective} algorithm"):
         JobSpec(local=2, collective=collective, algo="tree").check()
+
+
+def test_gpus_of_servers_as_rank_processes_over_loopback_with_the_split(tmp_path):
+    """Two servers of two GPUs on loopback (NVLink addresses 127.0.1.x): each pair of a server keeps
+    its NVLink channels and one through the NICs, and a split run over both is exact."""
+    endpoints = [Endpoint(f"g{i}", "127.0.0.1", server=f"srv{i // 2}", nvlink=f"127.0.1.{i + 1}") for i in range(4)]
+    with AllReduceJob(endpoints, LocalSpawner(), tmp_path, name="servers") as job:
+        assert job.local == 2
+        for algo, split in (("hier", 0.0), ("hier", 0.5), ("rings", 0.25)):
+            result = job.measure(4 * 50_001, algo=algo, chunk_bytes=4 * 4_999, iters=1, warmup=0, split=split)
+            assert result.wrong == 0 and result.label == (f"{algo}+{split:.0%}net" if split else algo)
+        with pytest.raises(JobError, match="split: must be within 0..1"):
+            job.measure(4000, algo="hier", split=-0.1)
 
 
 def test_a_compute_delay_on_one_host_lengthens_its_ranks_own_work_in_the_step_timings(tmp_path):
