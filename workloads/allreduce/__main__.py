@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--size", help="one size (same as -b SIZE -e SIZE)")
     parser.add_argument("--collective", default="allreduce", choices=tuple(COLLECTIVES))
     parser.add_argument("--algo", help="the collective's algorithm (default: ring; alltoall: pairwise); "
-                        + "; ".join(f"{c}: {'|'.join(algorithms(c))}" for c in COLLECTIVES) + "|auto")
+                        + "; ".join(f"{c}: {'|'.join(algorithms(c))}" for c in COLLECTIVES) + "; or auto, for any")
     parser.add_argument("--split", type=float, default=0.0,
                         help="of what GPUs of one server exchange, the share sent through their NICs (0..1)")
     parser.add_argument("--chunk", default="256K", help="chunk size of the pipelined transfers (default 256K)")

@@ -30,7 +30,8 @@ CONGESTION_CONTROL = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 class JobSpec:
     """hosts: Mininet host names (or local=N ranks on loopback); sizes: message sizes in bytes;
     collective: allreduce | allgather | reducescatter | alltoall; algo: one of the collective's
-    (allreduce: ring | tree | hd | rings | hier (servers) | auto); chunk_bytes: pipelining unit;
+    (allreduce: ring | tree | hd | rings | hier (servers)) or auto (the tuner's pick of algorithm,
+    chunk and split); chunk_bytes: pipelining unit;
     order: topology | given; split: of what a server's GPUs exchange, the share sent through their
     NICs (TCCL's NVLink+NET parallel path; 0: all over NVLink); declare: declare demands to the
     controller (None: whenever the testbed has one; its ranks report their step timings there
@@ -58,7 +59,7 @@ class JobSpec:
     def check(self) -> None:
         if self.collective not in COLLECTIVES:
             raise JobError(f"collective: {self.collective!r} is not one of {', '.join(COLLECTIVES)}")
-        known = (*algorithms(self.collective), *(["auto"] if self.collective == "allreduce" else []))
+        known = (*algorithms(self.collective), "auto")
         if self.algo not in known:
             raise JobError(f"algo: {self.algo!r} is not a {self.collective} algorithm ({', '.join(known)})")
         if not self.hosts and self.local < 2:
@@ -136,18 +137,19 @@ def run_job(spec: JobSpec, view: FabricView | None = None, progress: Callable[[s
                  f"sizes {len(spec.sizes)}, {spec.iters} iterations each")
     with job:
         for size in spec.sizes:
-            algo, chunk = spec.algo, spec.chunk_bytes
+            algo, chunk, split = spec.algo, spec.chunk_bytes, spec.split
             if algo == "auto":
-                chosen = pick(job, size, fingerprint(topo_text, hosts), TunerCache(spec.tuner_cache), workdir,
-                              progress=progress, iters=spec.tuner_iters)
-                algo, chunk = chosen.algo, chosen.chunk_bytes
-                picks[size] = {"algo": algo, "chunk_bytes": chunk, "cached": chosen.cached,
+                key = fingerprint(topo_text, hosts) + ("" if spec.collective == "allreduce" else f":{spec.collective}")
+                chosen = pick(job, size, key, TunerCache(spec.tuner_cache), workdir, progress=progress,
+                              iters=spec.tuner_iters, collective=spec.collective)
+                algo, chunk, split = chosen.algo, chosen.chunk_bytes, chosen.split
+                picks[size] = {"algo": algo, "chunk_bytes": chunk, "split": split, "cached": chosen.cached,
                                "tuned_time_s": chosen.time_s}
                 if progress:
-                    progress(f"{spec.name}: auto → {algo} chunk {chunk} B"
-                             f" ({'cached' if chosen.cached else 'tuned now'})")
+                    progress(f"{spec.name}: auto → {algo} chunk {chunk} B" + (f" split {split:.0%}" if split else "")
+                             + f" ({'cached' if chosen.cached else 'tuned now'})")
             results.append(job.measure(size, algo=algo, chunk_bytes=chunk, iters=spec.iters, warmup=spec.warmup,
-                                       progress=progress, collective=spec.collective, split=spec.split))
+                                       progress=progress, collective=spec.collective, split=split))
     outcome = JobOutcome(spec, hosts, workdir, results, link_mbps, picks)
     meta = {"job": spec.name, "hosts": hosts, "spec": {k: str(v) if isinstance(v, Path) else v
                                                        for k, v in asdict(spec).items()},

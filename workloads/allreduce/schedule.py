@@ -51,9 +51,12 @@ def channels_for(local: int) -> int:
     return CHANNELS if local > 1 else 1
 
 
-def algorithms_for(local: int) -> tuple[str, ...]:
-    """The algorithms worth trying with `local` GPUs per server (rings and hier are the ring at 1)."""
-    return (*FLAT, "rings", "hier") if local > 1 else FLAT
+def algorithms_for(local: int, collective: str = "allreduce") -> tuple[str, ...]:
+    """The algorithms worth trying with `local` GPUs per server (the server-aware ones are the flat
+    ones at 1; hier-serial is a baseline, not a candidate)."""
+    if collective == "allreduce":
+        return (*FLAT, "rings", "hier") if local > 1 else FLAT
+    return tuple(a for a in algorithms(collective) if local > 1 or a not in SERVER_AWARE)
 
 
 @dataclass(frozen=True)
