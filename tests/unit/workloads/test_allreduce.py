@@ -301,7 +301,12 @@ def test_the_search_finds_a_grids_best_in_under_a_fifth_of_its_trials():
             + abs(c.split - 0.25) * 0.3 for c in configs}
     cost = {c: t - (0.5 if c.algo == "hier" else 0.0) for c, t in cost.items()}
     asked: list = []
-    best = search(size, algos, CANDIDATE_CHUNKS, CANDIDATE_SPLITS, lambda c: asked.append(c) or cost[c])
+
+    def recorded(config):
+        asked.append(config)
+        return cost[config]
+
+    best = search(size, algos, CANDIDATE_CHUNKS, CANDIDATE_SPLITS, recorded)
     assert best == min(cost, key=cost.__getitem__) == best.__class__("hier", 1 << 20, 0.25)
     assert len(set(asked)) == len(asked) <= 0.2 * len(configs) == 16
 
