@@ -45,7 +45,8 @@ class JobCommands(Commands):
         [order=topology|given] [bg]: an all-reduce over the hosts (`all` = every host), printed as an
         nccl-tests table; `bg` runs it in the background (see `jobs`). rings and hier: on multi-GPU
         servers (TOPO=railopt), where split=0.25 sends a quarter of what a server's GPUs exchange
-        through their NICs (every collective takes it)."""
+        through their NICs (every collective takes it) and rails=adapt sizes hier's shares by each
+        rail's measured rate (a degraded rail carries less)."""
         self._collective(line, "allreduce")
 
     def do_allgather(self, line: str) -> None:
@@ -67,9 +68,11 @@ class JobCommands(Commands):
     def _collective(self, line: str, collective: str) -> None:
         try:
             hosts, options, bg = self._words(line, ("size", "algo", "iters", "chunk", "cc", "order", "warmup",
-                                                    "split"))
+                                                    "split", "rails"))
+            if options.get("rails", "equal") not in ("equal", "adapt"):
+                raise ValueError(f"rails: equal or adapt, got {options['rails']!r}")
             spec = JobSpec(hosts=hosts, sizes=[parse_size(options.get("size", "8M"))], collective=collective,
-                           split=float(options.get("split", 0)),
+                           split=float(options.get("split", 0)), adapt_rails=options.get("rails") == "adapt",
                            algo=options.get("algo", algorithms(collective)[0]), iters=int(options.get("iters", 5)),
                            warmup=int(options.get("warmup", 1)), chunk_bytes=parse_size(options.get("chunk", "256K")),
                            cc=options.get("cc"), order=options.get("order", "topology"),

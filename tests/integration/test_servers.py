@@ -119,3 +119,26 @@ def test_the_other_collectives_are_exact_and_pxn_keeps_all_to_all_off_the_spine(
     # pairwise: h1 -> h4 and h2 -> h3 (and back) cross rails, 4 blocks of S/4 = S through the spine;
     # pxn relays them over NVLink to the GPU on the destination's rail: only probes and reports remain
     assert crossed["pairwise"] > 0.8 and crossed["pxn"] < 0.1, crossed
+
+
+def test_hier_sized_by_its_rails_keeps_most_of_a_degraded_rails_loss(tb):
+    """One GPU's NIC at half rate (h2, rail s3): hier with equal shares runs at the slow rail's pace;
+    sized by the rails' measured rates (adapt_rails) the slow rail carries a third, the other two
+    thirds. Two rails: at best 1.5/2 of the healthy busbw (0.75), and 1.5x the equal shares."""
+    view = FabricView.of_testbed(tb)
+
+    def busbw(adapt: bool, name: str) -> float:
+        outcome = run_job(JobSpec(hosts=["h1", "h2", "h3", "h4"], sizes=[4 << 20], algo="hier", iters=2, warmup=1,
+                                  adapt_rails=adapt, name=name), view, progress=None)
+        assert outcome.wrong == 0, outcome.table
+        return outcome.results[0].busbw_gbs * 8e3
+
+    healthy = busbw(False, "healthy")
+    inject(tb, Fault("rate", ("s3", "h2"), mbps=10))
+    try:
+        equal, adapted = busbw(False, "degraded-equal"), busbw(True, "degraded-adapted")
+    finally:
+        inject(tb, Fault("rate", ("s3", "h2"), mbps=0))
+    print(f"\nhier busbw: healthy {healthy:.1f}, one NIC at half rate {equal:.1f} (equal shares), "
+          f"{adapted:.1f} (shares by rail) Mbit/s")
+    assert adapted > 1.2 * equal and adapted > 0.6 * healthy, (healthy, equal, adapted)

@@ -41,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         + "; ".join(f"{c}: {'|'.join(algorithms(c))}" for c in COLLECTIVES) + "; or auto, for any")
     parser.add_argument("--split", type=float, default=0.0,
                         help="of what GPUs of one server exchange, the share sent through their NICs (0..1)")
+    parser.add_argument("--adapt-rails", action="store_true",
+                        help="hier: size the rails' shares by their rates, measured in one probe iteration")
     parser.add_argument("--chunk", default="256K", help="chunk size of the pipelined transfers (default 256K)")
     parser.add_argument("-n", "--iters", type=int, default=5)
     parser.add_argument("-w", "--warmup-iters", type=int, default=1)
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             hosts = [h.name for h in view.topo.hosts] if args.hosts == "all" else args.hosts.split(",")
         algo = args.algo or algorithms(args.collective)[0]
         spec = JobSpec(hosts=hosts, local=args.local or 0, sizes=sizes, algo=algo, collective=args.collective,
-                       split=args.split,
+                       split=args.split, adapt_rails=args.adapt_rails,
                        chunk_bytes=parse_size(args.chunk), iters=args.iters, warmup=args.warmup_iters, cc=args.cc,
                        seed=args.seed, order=args.order, declare=not args.no_declare, name=args.name or args.collective,
                        tuner_cache=args.tuner_cache)

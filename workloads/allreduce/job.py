@@ -17,7 +17,7 @@ from pathlib import Path
 
 from emulation.rundir import new_run_dir
 from workloads.allreduce.executor import DEFAULT_CHUNK_BYTES
-from workloads.allreduce.launcher import AllReduceJob, SizeResult, format_table, write_results
+from workloads.allreduce.launcher import AllReduceJob, SizeResult, format_table, rail_rates, write_results
 from workloads.allreduce.schedule import COLLECTIVES, algorithms
 from workloads.allreduce.tuner import DEFAULT_CACHE, TunerCache, fingerprint, pick
 from workloads.fabric import FabricView
@@ -36,7 +36,8 @@ class JobSpec:
     NICs (TCCL's NVLink+NET parallel path; 0: all over NVLink); declare: declare demands to the
     controller (None: whenever the testbed has one; its ranks report their step timings there
     whatever this says); port_base: fixed TCP ports for the ranks (0: ephemeral), so repeated runs
-    take the same ECMP paths."""
+    take the same ECMP paths; adapt_rails (hier): one probe iteration measures each rail's rate, and
+    the timed ones size the shares the rails carry by it (a degraded rail carries less)."""
 
     hosts: list[str] = field(default_factory=list)
     local: int = 0
@@ -55,6 +56,7 @@ class JobSpec:
     port_base: int = 0
     collective: str = "allreduce"
     split: float = 0.0
+    adapt_rails: bool = False
 
     def check(self) -> None:
         if self.collective not in COLLECTIVES:
@@ -148,8 +150,19 @@ def run_job(spec: JobSpec, view: FabricView | None = None, progress: Callable[[s
                 if progress:
                     progress(f"{spec.name}: auto → {algo} chunk {chunk} B" + (f" split {split:.0%}" if split else "")
                              + f" ({'cached' if chosen.cached else 'tuned now'})")
+            rails = None
+            if spec.adapt_rails:
+                if algo not in ("hier", "hier-serial") or not job.local or job.local < 2:
+                    raise JobError(f"adapt_rails: for hier on GPUs of multi-GPU servers, not {algo} on "
+                                   f"{job.local} GPU(s) per server")
+                probe = job.measure(size, algo=algo, chunk_bytes=chunk, iters=1, warmup=0,
+                                    collective=spec.collective, split=split)
+                rails = rail_rates(probe, job.local)
+                if progress:
+                    progress(f"{spec.name}: rails at " + ", ".join(f"{r * 8e-6:.1f}" for r in rails)
+                             + " Mbit/s: shares sized in proportion")
             results.append(job.measure(size, algo=algo, chunk_bytes=chunk, iters=spec.iters, warmup=spec.warmup,
-                                       progress=progress, collective=spec.collective, split=split))
+                                       progress=progress, collective=spec.collective, split=split, rails=rails))
     outcome = JobOutcome(spec, hosts, workdir, results, link_mbps, picks)
     meta = {"job": spec.name, "hosts": hosts, "spec": {k: str(v) if isinstance(v, Path) else v
                                                        for k, v in asdict(spec).items()},

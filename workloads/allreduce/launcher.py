@@ -17,7 +17,7 @@ import itertools
 import json
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,11 +56,13 @@ class SizeResult:
     #                                                    compute]
     collective: str = "allreduce"
     split: float = 0.0  # of what a server's GPUs exchange, the share sent through their NICs
+    rails: list[float] | None = None  # hier: the rails' rates its shares were sized by (None: equal)
 
     @property
     def label(self) -> str:
-        """The algorithm, and the NVLink+NET split where there is one: 'hier+25%net'."""
-        return f"{self.algo}+{self.split:.0%}net" if self.split else self.algo
+        """The algorithm, the NVLink+NET split where there is one and whether the shares were sized
+        by rail: 'hier+25%net', 'hier/rails'."""
+        return self.algo + (f"+{self.split:.0%}net" if self.split else "") + ("/rails" if self.rails else "")
 
     @property
     def count(self) -> int:
@@ -203,7 +205,8 @@ class AllReduceJob:
     # ---- running -----------------------------------------------------------------------------
     def measure(self, size_bytes: int, algo: str = "ring", chunk_bytes: int = DEFAULT_CHUNK_BYTES, iters: int = 5,
                 warmup: int = 1, progress: Callable[[str], None] | None = None,
-                collective: str = "allreduce", split: float = 0.0) -> SizeResult:
+                collective: str = "allreduce", split: float = 0.0,
+                rails: Sequence[float] | None = None) -> SizeResult:
         """Run `warmup` + `iters` collectives of `size_bytes` and return the timed ones (split: of
         what GPUs of one server exchange, the share sent through their NICs)."""
         if not 0 <= split <= 1:
@@ -228,7 +231,7 @@ class AllReduceJob:
         steps: list[list] = []
         for i in range(warmup + iters):
             elapsed, bad, steps = self._iterate(size_bytes // ITEMSIZE, algo, chunk_bytes // ITEMSIZE, collective,
-                                                split)
+                                                split, rails)
             wrong = max(wrong, bad)
             if i >= warmup:
                 times.append(elapsed)
@@ -238,17 +241,19 @@ class AllReduceJob:
                     f" split {split:.0%}" if split else "")
                 progress(f"{self.name}: {format_size(size_bytes)} {what} chunk {format_size(chunk_bytes)} {kind}: "
                          f"{elapsed:.3f} s{'' if not bad else f', {bad} WRONG'}")
-        return SizeResult(size_bytes, algo, chunk_bytes, self.world, times, wrong, steps, collective, split)
+        return SizeResult(size_bytes, algo, chunk_bytes, self.world, times, wrong, steps, collective, split,
+                          list(rails) if rails else None)
 
     def sweep(self, sizes_bytes: list[int], **kwargs: Any) -> list[SizeResult]:
         return [self.measure(size, **kwargs) for size in sizes_bytes]
 
-    def _iterate(self, count: int, algo: str, chunk: int, collective: str,
-                 split: float) -> tuple[float, int, list[list]]:
+    def _iterate(self, count: int, algo: str, chunk: int, collective: str, split: float,
+                 rails: Sequence[float] | None) -> tuple[float, int, list[list]]:
         self.iteration += 1
         it = self.iteration
         self.group.broadcast({"run": {"count": count, "algo": algo, "chunk": chunk, "iter": it,
-                                      "collective": collective, "split": split}})
+                                      "collective": collective, "split": split,
+                                      **({"rails": list(rails)} if rails else {})}})
         for rank in range(self.world):
             self.group.expect(rank, "ready")
         self.group.broadcast({"go": it})
@@ -258,6 +263,24 @@ class AllReduceJob:
         wrong = sum(d["wrong"] for d in done)
         steps = [[rank, *s] for rank, d in enumerate(done) for s in d["steps"]]
         return end - start, wrong, steps
+
+def rail_rates(result: SizeResult, local: int) -> list[float]:
+    """Each rail's rate in an iteration (bytes/s), from its step timings: per GPU, what it sent to
+    GPUs of other servers over the time it spent sending it; a rail runs at its slowest GPU's."""
+    sent: dict[int, list[float]] = {}
+    for rank, _step, send, peer, nbytes, start, end, _work in result.steps:
+        if send and peer // local != rank // local:
+            entry = sent.setdefault(rank, [0.0, start, end])
+            entry[0] += nbytes
+            entry[1], entry[2] = min(entry[1], start), max(entry[2], end)
+    if {rank % local for rank in sent} != set(range(local)):
+        raise JobError("rails: the iteration's steps do not show every rail sending to another server")
+    rates: dict[int, float] = {}
+    for rank, (nbytes, start, end) in sent.items():
+        rate = nbytes / max(end - start, 1e-6)
+        rates[rank % local] = min(rates.get(rank % local, rate), rate)
+    return [rates[g] for g in range(local)]
+
 
 def write_results(path: Path, results: list[SizeResult], meta: dict | None = None) -> None:
     path.write_text(json.dumps({**(meta or {}), "results": [r.to_dict() for r in results]}, indent=1))

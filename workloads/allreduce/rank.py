@@ -5,7 +5,8 @@ It talks to the launcher over a Unix socket (JSON lines; Mininet hosts share the
 the other ranks over TCP: a full mesh, so one job can run every algorithm. Protocol, launcher → rank:
   ← {"hello": rank, "port": data port[, "nvport": NVLink port]}
                                              → {"peers": [[ip, port, server, nvlink ip, nvlink port], …]}
-  ← {"connected": n}                         → {"run": {"count", "algo", "chunk", "iter"[, "collective", "split"]}}
+  ← {"connected": n}                         → {"run": {"count", "algo", "chunk", "iter"
+                                                        [, "collective", "split", "rails"]}}
   ← {"ready": iter}                          → {"go": iter}
   ← {"done": iter, "start", "end", "wrong", "steps"} or {"error": text}   … → {"exit": true}
 With --controller it reports its pieces' timings there as they complete (ReportSteps: evidence for
@@ -244,13 +245,13 @@ def follow_faults(path: Path, delay: ComputeDelay, stop: threading.Event, period
             return
 
 
-def _plan(plans: dict[tuple, tuple], key: tuple[int, str, int, str, float], args: argparse.Namespace,
+def _plan(plans: dict[tuple, tuple], key: tuple[int, str, int, str, float, tuple | None], args: argparse.Namespace,
           conns: dict[tuple[int, int], socket.socket], delay: ComputeDelay,
           link: ControllerLink | None) -> tuple[Executor, list[Op]]:
-    """The executor of (count, algo, chunk, collective, split) and its ops, made once (one plan kept)."""
+    """The executor of (count, algo, chunk, collective, split, rails) and its ops, made once (one plan kept)."""
     if key not in plans:
-        count, algo, chunk, collective, split = key
-        ops = schedule(algo, args.world, args.rank, count, args.local, collective, split)
+        count, algo, chunk, collective, split, rails = key
+        ops = schedule(algo, args.world, args.rank, count, args.local, collective, split, rails)
         plans.clear()
         plans[key] = (Executor(cut(ops, chunk), {c: conns[c] for c in {(op.peer, op.channel) for op in ops}}, chunk,
                                delay, link.piece_done if link else None), ops)
@@ -300,8 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                 inputs.clear()  # one size at a time: a sweep never holds two sizes' buffers
                 inputs[(count, collective)] = workload(collective, count, args.seed, args.world, args.rank)
             data = inputs[(count, collective)]
-            executor, ops = _plan(plans, (count, run["algo"], run["chunk"], collective, run.get("split", 0.0)), args,
-                                  conns, delay, link)
+            rails = tuple(run["rails"]) if run.get("rails") else None
+            executor, ops = _plan(plans, (count, run["algo"], run["chunk"], collective, run.get("split", 0.0), rails),
+                                  args, conns, delay, link)
             buf = data.initial.copy()
             if link is not None:
                 link.declare(ops)

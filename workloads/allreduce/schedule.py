@@ -32,7 +32,7 @@ Two more for multi-GPU servers, given `local` = G GPUs per server with the ranks
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -153,12 +153,21 @@ def rail_rings(n: int, rank: int, count: int, local: int = 1) -> list[Op]:
 HIER_SLICES = 4  # hier runs its three phases per slice of the buffer, so each phase's stream runs slice by slice
 
 
+def weighted_split(start: int, stop: int, weights: Sequence[float]) -> list[tuple[int, int]]:
+    """[start, stop) in len(weights) contiguous pieces with lengths in proportion to the weights."""
+    total, length = sum(weights), stop - start
+    bounds = [start + round(length * sum(weights[:i]) / total) for i in range(len(weights) + 1)]
+    return list(zip(bounds, bounds[1:], strict=False))
+
+
 def hierarchical(n: int, rank: int, count: int, local: int = 1, serial: bool = False,
-                 slices: int = HIER_SLICES) -> list[Op]:
+                 slices: int = HIER_SLICES, rails: Sequence[float] | None = None) -> list[Op]:
     """Per slice of the buffer (NCCL's slicing: NET starts after one slice's reduce-scatter, not
     the whole buffer's): reduce-scatter over NVLink, the rail's ring all-reduce of this GPU's share,
     all-gather over NVLink sending each share's rail segments in the order the rail ring finishes
-    them (its own first, then as its all-gather brings them)."""
+    them (its own first, then as its all-gather brings them). rails: each rail's rate (GPU index
+    order), to size the shares the rails carry in proportion (a degraded rail carries less);
+    None: equal shares."""
     server, gpu = divmod(rank, local)
     mine = [server * local + i for i in range(local)]
     rail = [k * local + gpu for k in range(n // local)]
@@ -170,9 +179,11 @@ def hierarchical(n: int, rank: int, count: int, local: int = 1, serial: bool = F
     ops: list[Op] = []
     for k, (lo, hi) in enumerate(split(0, count, slices)):
         step0 = k * per_slice
-        shares = split(lo, hi, local)
+        # share s is left to GPU s-1 by the reduce-scatter, so rail s-1 carries it
+        shares = (weighted_split(lo, hi, [rails[(s - 1) % local] for s in range(local)]) if rails
+                  else split(lo, hi, local))
         share = shares[(gpu + 1) % local]  # what the reduce-scatter leaves this GPU
-        ops += _ring(mine, rank, lo, hi, step0=step0, gather=False)
+        ops += _ring_over(mine, rank, [[sh] for sh in shares], step0=step0, gather=False)
         ops += _ring(rail, rank, *share, step0=step0 + local - 1, phase=1, serial=serial)
         for s in range(local - 1):  # the all-gather ring over NVLink, each share in rail-segment order
             step = step0 + local - 1 + 2 * (servers - 1) + s
@@ -400,10 +411,10 @@ def split_over_net(ops: list[Op], rank: int, local: int, split: float) -> list[O
 
 
 def schedule(algo: str, n: int, rank: int, count: int, local: int = 1, collective: str = "allreduce",
-             split: float = 0.0) -> list[Op]:
+             split: float = 0.0, rails: Sequence[float] | None = None) -> list[Op]:
     """The ops of `rank` in a collective of `count` elements over `n` ranks, `local` of them per
-    server (server-major), `split` of what GPUs of a server exchange sent through their NICs;
-    empty ops dropped."""
+    server (server-major), `split` of what GPUs of a server exchange sent through their NICs, and
+    (hier) the shares sized by the rails' rates; empty ops dropped."""
     if not 0 <= split <= 1:
         raise ValueError(f"split: the share of a server's internal traffic sent through the NICs must be "
                          f"within 0..1, got {split:g}")
@@ -417,8 +428,16 @@ def schedule(algo: str, n: int, rank: int, count: int, local: int = 1, collectiv
         raise ValueError(f"local: {local} GPUs per server do not divide a world of {n}")
     if n == 1:
         return []
-    ops = [op for op in COLLECTIVES[collective][algo](n, rank, count, local) if op.count > 0]
-    return split_over_net(ops, rank, local, split)
+    if rails is not None:
+        if collective != "allreduce" or algo not in ("hier", "hier-serial"):
+            raise ValueError(f"rails: only the hierarchical all-reduce sizes its shares by rail, not "
+                             f"{collective} {algo}")
+        if len(rails) != local or min(rails) <= 0:
+            raise ValueError(f"rails: give a positive rate for each of the {local} rails, got {list(rails)}")
+        ops = hierarchical(n, rank, count, local, serial=algo == "hier-serial", rails=rails)
+    else:
+        ops = COLLECTIVES[collective][algo](n, rank, count, local)
+    return split_over_net([op for op in ops if op.count > 0], rank, local, split)
 
 
 def bytes_sent(ops: list[Op], itemsize: int = 4) -> dict[int, int]:

@@ -14,7 +14,7 @@ from wire import faultsfile
 from workloads.allreduce.data import count_wrong, expected_sum, rank_data, workload
 from workloads.allreduce.executor import Executor, cut
 from workloads.allreduce.job import JobSpec, run_job
-from workloads.allreduce.launcher import AllReduceJob, SizeResult, size_range
+from workloads.allreduce.launcher import AllReduceJob, SizeResult, rail_rates, size_range
 from workloads.allreduce.schedule import (
     ALGORITHMS,
     NET_CHANNEL,
@@ -38,7 +38,8 @@ from workloads.hosts import Endpoint, JobError, LocalSpawner, local_endpoints, p
 
 
 def run_in_threads(algo: str, n: int, count: int, chunk: int, seed: int = 3, local: int = 1,
-                   collective: str = "allreduce", split: float = 0.0) -> list[np.ndarray]:
+                   collective: str = "allreduce", split: float = 0.0, rails: list[float] | None = None,
+                   ) -> list[np.ndarray]:
     pairs = {}
     for a in range(n):
         for b in range(a + 1, n):
@@ -47,7 +48,7 @@ def run_in_threads(algo: str, n: int, count: int, chunk: int, seed: int = 3, loc
     bufs = [workload(collective, count, seed, n, r).initial.copy() for r in range(n)]
 
     def rank(r: int) -> None:
-        ops = schedule(algo, n, r, count, local, collective, split)
+        ops = schedule(algo, n, r, count, local, collective, split, rails)
         conns = {(p, c): pairs[(r, p, c)] for p, c in {(op.peer, op.channel) for op in ops}}
         Executor(cut(ops, chunk), conns, chunk).run(bufs[r])
 
@@ -119,6 +120,37 @@ def test_the_split_sends_its_share_of_a_servers_internal_bytes_through_the_nics(
     assert schedule("hier", n, 0, count, local, split=0.0) == schedule("hier", n, 0, count, local)
     with pytest.raises(ValueError, match="split: .* within 0..1, got 1.5"):
         schedule("hier", n, 0, count, local, split=1.5)
+
+
+def test_hier_sized_by_rail_is_exact_and_a_slow_rail_carries_its_share():
+    for servers, local, rails in ((2, 2, [1.0, 0.5]), (3, 4, [1.0, 1.0, 0.5, 1.0]), (2, 3, [0.2, 1.0, 0.7])):
+        n = servers * local
+        for count, chunk in ((7, 2), (12345, 1000)):
+            for algo in ("hier", "hier-serial"):
+                expected = expected_sum(count, 3, n)
+                for r, buf in enumerate(run_in_threads(algo, n, count, chunk, local=local, rails=rails)):
+                    assert count_wrong(buf, expected) == 0, (algo, local, rails, count, r)
+        count = 120_000
+        for r in range(n):  # through the NIC: 2(N-1)/N of the share rail r % local carries
+            sent = bytes_sent(schedule("hier", n, r, count, local, rails=rails))
+            fabric = sum(b for peer, b in sent.items() if peer // local != r // local)
+            share = count * rails[r % local] / sum(rails)
+            assert fabric == pytest.approx(2 * (servers - 1) / servers * share * 4, rel=0.01), (rails, r)
+    with pytest.raises(ValueError, match="rails: only the hierarchical all-reduce"):
+        schedule("rings", 4, 0, 100, 2, rails=[1, 1])
+    with pytest.raises(ValueError, match="rails: give a positive rate for each of the 2 rails"):
+        schedule("hier", 4, 0, 100, 2, rails=[1, 0])
+
+
+def test_rail_rates_come_from_each_gpus_sends_to_other_servers():
+    # rank, step, send, peer, bytes, start, end, compute: 2 servers x 2 GPUs; rail 1 half as fast
+    steps = [[0, 0, True, 2, 1000, 0.0, 1.0, 0], [2, 0, True, 0, 1000, 0.0, 1.0, 0],
+             [1, 0, True, 3, 1000, 0.0, 2.0, 0], [3, 0, True, 1, 1000, 0.0, 1.9, 0],
+             [0, 1, True, 1, 9999, 0.0, 0.1, 0]]  # over NVLink: not a rail's
+    result = SizeResult(4000, "hier", 1000, 4, [1.0], 0, steps)
+    assert rail_rates(result, 2) == [1000.0, 500.0]
+    with pytest.raises(JobError, match="every rail"):
+        rail_rates(SizeResult(4000, "hier", 1000, 4, [1.0], 0, steps[:2]), 2)
 
 
 def test_a_collective_that_did_not_run_is_wrong():
@@ -287,6 +319,10 @@ def test_gpus_of_servers_as_rank_processes_over_loopback_with_the_split(tmp_path
         for algo, split in (("hier", 0.0), ("hier", 0.5), ("rings", 0.25)):
             result = job.measure(4 * 50_001, algo=algo, chunk_bytes=4 * 4_999, iters=1, warmup=0, split=split)
             assert result.wrong == 0 and result.label == (f"{algo}+{split:.0%}net" if split else algo)
+        rates = rail_rates(result_hier := job.measure(4 * 50_001, algo="hier", iters=1, warmup=0), 2)
+        assert result_hier.wrong == 0 and len(rates) == 2 and min(rates) > 0
+        weighted = job.measure(4 * 50_001, algo="hier", iters=1, warmup=0, rails=[1.0, 0.25])
+        assert weighted.wrong == 0 and weighted.label == "hier/rails"
         with pytest.raises(JobError, match="split: must be within 0..1"):
             job.measure(4000, algo="hier", split=-0.1)
 
