@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.mininet, pytest.mark.root]
 
 STALL_S = 0.050
 LATENESS_TOLERANCE_MS = 15.0  # what the switch reports vs the stall we measured around the signals
+OVERSLEPT_MS = 10.0  # a stall that took longer to undo than this over STALL_S is this process's lateness
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +34,12 @@ def frames_seen(tb: Testbed, switch: str, since: float) -> bool:
     return any(r.source == switch and r.events and r.start >= since for r in read_records(tb.fidelity_path))
 
 
-def test_a_stopped_switch_is_flagged_on_that_switch_with_its_stall(fabric):
+def stall_s1(fabric: Testbed, port: int) -> tuple[float, float, float]:
+    """A 4 s flow through s1; s1 stopped for STALL_S in its middle: (stall ms as this process
+    measured it around the signals, when it stopped, when it resumed), once s1 wrote records after."""
     h1, h2 = fabric.host("h1"), fabric.host("h2")
-    start_iperf3_server(h2, 5201)
-    h1.cmd(f"iperf3 -c {h2.IP()} -p 5201 -t 4 > /dev/null 2>&1 &")
+    start_iperf3_server(h2, port)
+    h1.cmd(f"iperf3 -c {h2.IP()} -p {port} -t 4 > /dev/null 2>&1 &")
     began = fabric.now()
     assert wait_until(lambda: frames_seen(fabric, "s1", began + 0.5), 5.0), "the flow did not reach s1"
     pid = fabric.switches["s1"].proc.pid
@@ -51,7 +54,17 @@ def test_a_stopped_switch_is_flagged_on_that_switch_with_its_stall(fabric):
     resumed_at = fabric.now()
     # s1 writes a window's record when the next one begins: wait for one well after the stall.
     assert wait_until(lambda: frames_seen(fabric, "s1", resumed_at + 0.3), 5.0), "s1 wrote no records after"
+    h1.cmd("wait")  # the flow's end, before another may start (on a port of its own)
+    return stall_ms, stopped_at, resumed_at
 
+
+def test_a_stopped_switch_is_flagged_on_that_switch_with_its_stall(fabric):
+    stall_ms, stopped_at, resumed_at = stall_s1(fabric, 5201)
+    if stall_ms > STALL_S * 1000 + OVERSLEPT_MS:
+        # this process woke late (the machine was busy: 86 ms for a 50 ms sleep, 0.65 of a core taken
+        # by other work, in one gate), so the stall it measured is not the one s1 saw: once more
+        print(f"\n  the stall took {stall_ms:.1f} ms to undo, not {STALL_S * 1000:.0f}: measuring again")
+        stall_ms, stopped_at, resumed_at = stall_s1(fabric, 5202)
     held = range(int(stopped_at / WINDOW_S), int(resumed_at / WINDOW_S) + 1)
     verdict = fabric.verdict(stopped_at - 1.0, resumed_at + 1.0, ["s1", "s2"])
     print(f"\n  stall {stall_ms:.1f} ms; {verdict.line()}")
