@@ -77,7 +77,8 @@ def main() -> int:
                         for collective in args.collectives.split(","):
                             t0 = tb.now()
                             _, sweep = tune(job, size, f"{collective}-{size}", TunerCache(workdir / "cache.json"),
-                                            workdir, iters=args.iters, collective=collective, exhaustive=True)
+                                            workdir, iters=args.iters, collective=collective, exhaustive=True,
+                                            progress=lambda line: print(f"    {line}", flush=True))
                             verdict = tb.verdict(t0, tb.now())
                             times = {Config(r.algo, r.chunk_bytes, r.split): r.time_s for r in sweep}
                             pick, asked = replay(size, algorithms_for(job.local or 1, collective), times)
