@@ -244,7 +244,6 @@ def read_suspects(run_dir: Path) -> list[tuple[float, list[tuple[str, str, float
     return out
 
 
-
 def unix_socket_path(path: Path) -> tuple[Path, Path | None]:
     """Where to bind a Unix socket meant to be at `path`: there, or, when the path is too long for one
     (a deep STARNET_RUNS), a socket of the same name in a short temporary directory, returned second for

@@ -156,11 +156,12 @@ def tune(job: AllReduceJob, size_bytes: int, key: str, cache: TunerCache, out_di
     if wrong:
         raise RuntimeError(f"tuner: {wrong[0].label} chunk {wrong[0].chunk_bytes} gave {wrong[0].wrong} wrong values")
     best_result = min(results, key=lambda r: r.time_s)
+    grid_size = len(grid(size_bytes, algos, chunks, splits))
     cache.put(key, size_bytes, {"algo": best_result.algo, "chunk_bytes": best_result.chunk_bytes,
                                 "split": best_result.split, "time_s": best_result.time_s,
-                                "trials": len(results), "grid": len(grid(size_bytes, algos, chunks, splits)),
+                                "trials": len(results), "grid": grid_size,
                                 "tuned": time.strftime("%Y-%m-%d %H:%M:%S")})
-    write_sweep(out_dir, size_bytes, results, best_result, len(grid(size_bytes, algos, chunks, splits)))
+    write_sweep(out_dir, size_bytes, results, best_result, grid_size)
     return Pick(best_result.algo, best_result.chunk_bytes, best_result.time_s, cached=False,
                 split=best_result.split), results
 
