@@ -160,7 +160,7 @@ def run_mode(tb: Testbed, scenario: Scenario, mode: str, progress: Progress = _p
     ports = _port_figures(tb, before, after, t0, t1, verdict)
     links = [r for r in tb.links_timeline() if t0 <= float(r["detected_wall"]) <= t1]
     run = ModeRun(mode, str(tb.run_dir), t0, t1, verdict.line(), verdict.fraction, records, ports, applied,
-                  str(rates.path), links)
+                  str(rates.path), links, dict(verdict.loop_worst))
     worst = run.worst_port()
     basis = "" if run.worst_basis == "faithful" else " (all windows: none faithful)"
     progress(f"[{mode}] done in {t1 - t0:.1f} s; worst port "

@@ -55,6 +55,7 @@ class ModeRun:
     faults: list[dict]
     host_rates: str = ""  # the sampled host rates (CSV)
     links: list[dict] = field(default_factory=list)  # the controller's link timeline rows in the run (links.csv)
+    loop_lag_ms: dict[str, float] = field(default_factory=dict)  # worst event-loop lag per loop ("controller", agents)
 
     def worst_port(self) -> PortFigures | None:
         """The port with the highest p99 queue over faithful windows; when no port had enough
