@@ -1,8 +1,8 @@
 """Fault localisation in the controller: every second the fabric ports' counters (one P4Runtime
 Read per switch), the link states the healer holds and the INT collector's hop latencies and drain
-rates go into the localiser (controller/localizer.py); its alerts go to the log and diagnosis.csv,
-its ranking (each time it changes) to suspects.csv. The ranks' step timings (ReportSteps) are
-evidence too."""
+rates go into the localiser (controller/localizer.py), with the NVLink ports' counters on multi-GPU
+servers (controller/nvlinks.py); its alerts go to the log and diagnosis.csv, its ranking (each time it
+changes) to suspects.csv. The ranks' step timings (ReportSteps) are evidence too."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from controller.faults import step_work
 from controller.localizer import Localizer, Suspect
+from controller.nvlinks import NvLinkCounters
 from controller.sessions import Switches
 from controller.telemetry import Collector
 from topologies.spec import Topology
@@ -32,6 +33,7 @@ class Diagnoser:
                  host_by_ip: dict[str, str], down: Callable[[], set[frozenset[str]]]) -> None:
         self.switches, self.collector, self.host_by_ip, self.down = switches, collector, host_by_ip, down
         self.localizer = Localizer(topo)
+        self.nvlinks = NvLinkCounters(topo)
         self.localized_at = 0.0
         self.last_counters: dict[tuple[str, int], tuple[int, int, int]] = {}  # the last read (for /metrics)
         self.last_drops: dict[str, dict[str, int]] = {}  # switch → drop reason → frames, the last read (/metrics)
@@ -79,15 +81,24 @@ class Diagnoser:
     async def run(self, period_s: float = 1.0) -> None:
         """Every second: counters, link states and INT into the localiser; its alerts into the log
         and diagnosis.csv."""
+        sampler = asyncio.create_task(self.nvlinks.run(self.switches.stopping))
+        try:
+            await self._ticks(period_s)
+        finally:
+            sampler.cancel()
+
+    async def _ticks(self, period_s: float) -> None:
         while not self.switches.stopping.is_set():
             await asyncio.sleep(period_s)
             try:
+                if self.nvlinks.ports:
+                    await self.nvlinks.read_speeds()
                 counters = await self.counters()
                 self.last_counters = counters
                 alerts = len(self.localizer.alerts)
                 wall = time.time()
                 self.localizer.update(wall, counters, set(self.down()), self.collector.take_latency_lows(),
-                                      self.collector.take_drain_rates())
+                                      self.collector.take_drain_rates(), self.nvlinks.readings(time.monotonic()))
                 self.localized_at = wall
                 for at, s in self.localizer.alerts[alerts:]:
                     log.warning("localiser: %s (%s, score %.2f): %s", s.target, s.fault, s.score, s.evidence)

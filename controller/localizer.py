@@ -10,6 +10,9 @@ Evidence, per kind of fault:
   capacity, however bursty its traffic);
 - a switch that holds frames: the lowest hop latency INT reported on its ports over a second, less
   the queueing its queue explains, stays high on most of its busy ports;
+- a degraded NVLink (multi-GPU servers): its speed under the topology's rate, as NVML reports a
+  link that trained down (controller/nvlinks.py reads the port's shaper); traffic alone cannot pin it:
+  in a ring the GPU after a slow one receives as slowly as the slow one does;
 - a slow host: the all-reduce ranks report their step timings piece by piece (ReportSteps), each
   with the rank's own work on the data once it was there (reduce or copy). A host whose median
   work per piece, over the last seconds, is many times its peers' is slow whatever the network
@@ -17,7 +20,8 @@ Evidence, per kind of fault:
 
 Targets are what a fault is pinned to: ``link s1-s3`` (ends sorted), ``switch s3`` or ``host h3``.
 On multi-GPU servers the evidence starts with what the target is there: ``GPU h3 of srv1 (rail s5)``
-for the host, ``NIC of GPU h3 of srv1 (rail s5)`` for its link to the rail's leaf.
+for the host, ``NIC of GPU h3 of srv1 (rail s5)`` for its link to the rail's leaf, ``NVLink of GPU h3
+of srv1`` for ``link h3-srv1``.
 Pure logic fed with readings and times; the controller drives it (controller/diagnosis.py), the tests
 drive it with data.
 """
@@ -35,10 +39,20 @@ Counters = dict[Port, tuple[int, int, int]]  # rx packets, tx packets, tx bytes 
 FRAME_BITS = 1500 * 8
 
 
+@dataclass(frozen=True)
+class NvLinkReading:
+    """A GPU's NVLink port over the last seconds, what it received (controller/nvlinks.py)."""
+
+    speed_mbps: float  # its speed now (NVML's link speed; here its shaper's rate)
+    nominal_mbps: float  # the NVLink's rate by the topology
+    bytes: int  # it carried toward its GPU over the last seconds ...
+    peak_mbps: float  # ... at most this fast over 50 ms
+
+
 @dataclass
 class Suspect:
-    target: str  # "link s1-s3" | "switch s3" | "host h3"
-    fault: str  # down | loss | slow-port | slow-switch | slow-host
+    target: str  # "link s1-s3" | "switch s3" | "host h3" | "link h3-srv1" (an NVLink)
+    fault: str  # down | loss | slow-port | slow-switch | slow-host | slow-nvlink
     score: float  # 0..1, how strongly the evidence points here
     evidence: str
     since: float = 0.0  # wall time it was first seen in this run of ticks
@@ -66,6 +80,7 @@ class Params:
     #                             showed 8-16 ms medians for seconds with no fault: a slower host hides in that)
     slow_host_ratio: float = 4.0  # ... and this many times the median of the other hosts' medians ...
     slow_host_peers: int = 2  # ... of at least this many other hosts
+    slow_nvlink_ratio: float = 0.95  # an NVLink running under this share of its rate (tc rounds rates a little)
 
 
 @dataclass
@@ -89,6 +104,7 @@ class Localizer:
                 rail = self.topo.host_link(gpu).other(gpu)
                 self.in_servers[f"host {gpu}"] = f"GPU {gpu} of {server.name} (rail {rail})"
                 self.in_servers[self.link_target(gpu, rail)] = f"NIC of GPU {gpu} of {server.name} (rail {rail})"
+                self.in_servers[self.link_target(gpu, server.name)] = f"NVLink of GPU {gpu} of {server.name}"
         for link in self.topo.links:
             ends = ((link.a, link.a_port, link.b, link.b_port), (link.b, link.b_port, link.a, link.a_port))
             for a, ap, b, bp in ends:
@@ -117,8 +133,9 @@ class Localizer:
                 del self.step_work[host]
 
     def update(self, now: float, counters: Counters, down: set[frozenset[str]],
-               latency_lows: dict[Port, tuple[int, int]], drain_rates: dict[Port, list[float]]) -> list[Suspect]:
-        """One tick: the ranked suspects now (alerts flagged)."""
+               latency_lows: dict[Port, tuple[int, int]], drain_rates: dict[Port, list[float]],
+               nvlinks: dict[str, NvLinkReading] | None = None) -> list[Suspect]:
+        """One tick: the ranked suspects now (alerts flagged). nvlinks: GPU → its NVLink port's reading."""
         self.history.append((now, counters))
         self.down_history.append(set(down))
         found: list[Suspect] = []
@@ -129,6 +146,7 @@ class Localizer:
         found += self._slow_ports(drain_rates)
         found += self._slow_switches(latency_lows)
         found += self._slow_hosts(now)
+        found += self._slow_nvlinks(nvlinks or {})
         merged: dict[tuple[str, str], Suspect] = {}
         for s in found:  # one suspect per target and fault: the strongest evidence
             if s.target in self.in_servers:
@@ -207,6 +225,19 @@ class Localizer:
                 out.append(Suspect(f"switch {switch}", "slow-switch", min(1.0, 0.4 + typical / 20_000),
                                    f"hop latency at least {typical / 1000:.1f} ms more than its queues explain on "
                                    f"{len(slow)} of {len(excess)} ports (INT, fastest frame of the second)"))
+        return out
+
+    def _slow_nvlinks(self, nvlinks: dict[str, NvLinkReading]) -> list[Suspect]:
+        out = []
+        for gpu, r in sorted(nvlinks.items()):
+            server = self.topo.server_of(gpu)
+            if server is None or r.speed_mbps >= self.params.slow_nvlink_ratio * r.nominal_mbps:
+                continue
+            out.append(Suspect(self.link_target(gpu, server.name), "slow-nvlink",
+                               min(1.0, 0.5 + 0.5 * (1 - r.speed_mbps / r.nominal_mbps)),
+                               f"runs at {r.speed_mbps:.1f} of {r.nominal_mbps:g} Mbit/s (its link speed); it "
+                               f"carried {r.bytes / 1e6:.1f} MB to its GPU in the last seconds, at most "
+                               f"{r.peak_mbps:.1f} Mbit/s over 50 ms (NVLink counters)"))
         return out
 
     def _slow_hosts(self, now: float) -> list[Suspect]:

@@ -24,7 +24,7 @@ FAULT_KINDS = ("link_down", "link_up", "loss", "flap", "rate", "delay")
 @dataclass(frozen=True)
 class Fault:
     kind: str  # one of FAULT_KINDS
-    link: tuple[str, str]  # loss: (sender, receiver); rate: (switch, neighbour); delay: (node, node)
+    link: tuple[str, str]  # loss: (sender, receiver); rate: (switch, neighbour) or (GPU, server); delay: (node, node)
     percent: float = 0.0  # loss: share of the sender's frames lost (0 clears)
     count: int = 0  # flap: down-up cycles
     period_s: float = 0.0  # flap: one cycle (down for half of it)
@@ -90,6 +90,8 @@ def _apply(tb: Testbed, fault: Fault) -> Injected:
         return Injected(began, ups[-1] if ups else began)
     if fault.kind == "loss":
         at = _loss(tb, a, b, fault.percent)
+    elif fault.kind == "rate" and tb.topo.is_nvlink(a, b):  # a degraded NVLink: (GPU, server) either way round
+        at = tb.set_nvlink_rate(a if tb.topo.is_host(a) else b, fault.mbps or None)
     elif fault.kind == "rate":
         at = _switch_faults(tb, a, rates={b: fault.mbps or None})
     elif fault.kind == "delay" and tb.topo.is_host(a):

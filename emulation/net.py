@@ -290,10 +290,24 @@ class Testbed:
         except NodeSetupError as exc:
             raise TestbedError(f"NVLink: {exc}") from None
 
-    def is_nvlink(self, a: str, b: str) -> bool:
-        """Whether a–b names a GPU's NVLink port: the GPU and its server, either way round."""
-        return any((server := self.topo.server_of(gpu)) is not None and server.name == other
-                   for gpu, other in ((a, b), (b, a)))
+    def set_nvlink_rate(self, gpu: str, mbps: float | None) -> float:
+        """A degraded NVLink: `gpu`'s NVLink port shaped both ways at `mbps` (None: at its rate by the
+        topology again). The wall time the change began."""
+        assert self.net is not None
+        server = self.topo.server_of(gpu)
+        if server is None:
+            raise TestbedError(f"{gpu} is not a GPU of a multi-GPU server in {self.topo.name}")
+        if mbps is not None and mbps <= 0:
+            raise TestbedError(f"NVLink of {gpu}: a rate must be > 0 Mbit/s, got {mbps:g}")
+        rate = self.topo.nvlink_mbps(gpu) if mbps is None else mbps
+        mine, bridge = nvlink_intf(self.topo, gpu)
+        began = self.now()
+        try:
+            self.nvlinks[server.name].shape(bridge, rate)
+            self.net[gpu].shape_nvlink(mine, rate)
+        except NodeSetupError as exc:
+            raise TestbedError(f"NVLink of {gpu}: {exc}") from None
+        return began
 
     def nic_counters(self) -> dict[str, tuple[int, int]]:
         """Every host's NIC bytes (sent, received), from the counters of its switch port."""
@@ -485,7 +499,7 @@ class Testbed:
         switches' real-time priority (set_ports): at normal priority the kernel's work of closing a
         port waited 0.1–0.7 s behind them beside a running ring (5 ms on a quiet machine)."""
         assert self.net is not None
-        if not self.is_nvlink(a, b):  # a GPU's NVLink port is cut as a link of its own: (GPU, server)
+        if not self.topo.is_nvlink(a, b):  # a GPU's NVLink port is cut as a link of its own: (GPU, server)
             self.topo.find_link(a, b)  # TopologyError naming both ends when there is no such link
         state = "up" if up else "down"
         ends = [intf for pair in self.net[a].connectionsTo(self.net[b]) for intf in pair]

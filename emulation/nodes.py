@@ -24,6 +24,7 @@ from emulation.switchproc import (
     log_tail,
 )
 from hostagent.tcpsettings import CUBIC
+from topologies.addressing import nvlink_intf
 from topologies.spec import Topology
 from wire.cpu import CPU_PORT
 
@@ -137,8 +138,13 @@ class NvLinkBridge(Switch):
             run_checked(["ip", "link", "set", intf, "mtu", str(NVLINK_MTU), "master", self.name, "up"])
             _no_ipv6(intf)
             if intf in self.rate_mbps:
-                run_checked(["tc", "qdisc", "replace", "dev", intf, "root", *tbf_args(self.rate_mbps[intf]).split()])
+                self.shape(intf, self.rate_mbps[intf])
         run_checked(["ip", "link", "set", self.name, "up"])
+
+    @staticmethod
+    def shape(intf: str, rate_mbps: float) -> None:
+        """What a GPU receives over its NVLink port `intf` (the bridge's end), shaped at rate_mbps."""
+        run_checked(["tc", "qdisc", "replace", "dev", intf, "root", *tbf_args(rate_mbps).split()])
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet API)
         quiet(["ip", "link", "del", self.name])
@@ -167,11 +173,18 @@ class StarHost(Host):
     def setup_nvlink(self, intf: str, address: str, rate_mbps: float) -> None:
         """A GPU's NVLink port: its address on the server's subnet, jumbo frames, what it sends
         shaped at `rate_mbps` (what it receives is shaped at the bridge's end)."""
-        for command in (f"ip addr add {address} dev {intf}", f"ip link set {intf} mtu {NVLINK_MTU} up",
-                        f"tc qdisc replace dev {intf} root {tbf_args(rate_mbps)}"):
-            out = self.cmd(f"{command} 2>&1 && echo ok").strip()
-            if not out.endswith("ok"):
-                raise NodeSetupError(f"{self.name}: {command}: {out}")
+        for command in (f"ip addr add {address} dev {intf}", f"ip link set {intf} mtu {NVLINK_MTU} up"):
+            self._checked(command)
+        self.shape_nvlink(intf, rate_mbps)
+
+    def shape_nvlink(self, intf: str, rate_mbps: float) -> None:
+        """What this GPU sends over its NVLink port `intf`, shaped at rate_mbps."""
+        self._checked(f"tc qdisc replace dev {intf} root {tbf_args(rate_mbps)}")
+
+    def _checked(self, command: str) -> None:
+        out = self.cmd(f"{command} 2>&1 && echo ok").strip()
+        if not out.endswith("ok"):
+            raise NodeSetupError(f"{self.name}: {command}: {out}")
 
     def end_processes(self, grace_s: float = 2.0) -> list[int]:
         """End what was started inside this host's network namespace and outlived its shell's
@@ -240,8 +253,3 @@ def nic_intf(topo: Topology, host: str) -> str:
     return f"{switch}-eth{link.port_of(switch)}"
 
 
-def nvlink_intf(topo: Topology, gpu: str) -> tuple[str, str]:
-    """A GPU's NVLink port: (its end, in its namespace; the bridge's end, in the root namespace)."""
-    server = topo.server_of(gpu)
-    assert server is not None, gpu
-    return f"{gpu}-nvl0", f"{server.name}-nvl{server.gpus.index(gpu)}"

@@ -345,7 +345,8 @@ class _Reader(Fields):
         if not (isinstance(link, list) and len(link) == 2 and all(isinstance(n, str) for n in link)):
             raise self.fail(f"{where}.link", f"must be the two ends of a link, e.g. [s3, s1], got {link!r}")
         try:
-            topo.find_link(link[0], link[1])
+            if not topo.is_nvlink(link[0], link[1]):  # a GPU's NVLink port: [h3, srv1]
+                topo.find_link(link[0], link[1])
         except TopologyError:
             raise self.fail(f"{where}.link", f"no link between {link[0]} and {link[1]} in {topo.name}") from None
         figures: dict[str, float] = {}
@@ -354,8 +355,9 @@ class _Reader(Fields):
                 raise self.fail(f"{where}.link", f"frames are lost on their way into a switch: {link[1]} is not one")
             figures["percent"] = float(self.number(d.get("percent"), f"{where}.percent", 0, 100))
         elif kind == "rate":
-            if not topo.is_switch(link[0]):
-                raise self.fail(f"{where}.link", f"a rate is a switch port's: {link[0]} is not a switch")
+            if not (topo.is_switch(link[0]) or topo.is_nvlink(link[0], link[1])):
+                raise self.fail(f"{where}.link", f"a rate is a switch port's or a GPU's NVLink's ([h3, srv1]): "
+                                                 f"{link[0]} is not a switch")
             figures["mbps"] = float(self.number(d.get("mbps"), f"{where}.mbps", 0, 100_000))
         elif kind == "flap":
             count = int(self.number(d.get("count"), f"{where}.count", 1, 1000, integer=True))

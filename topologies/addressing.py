@@ -82,3 +82,11 @@ class AddressPlan:
         if port is None:
             raise ValueError(f"switch {node}: a port is needed for its MAC")
         return self.switches[node].port_mac(port)
+
+
+def nvlink_intf(topo: Topology, gpu: str) -> tuple[str, str]:
+    """A GPU's NVLink port: (its end, in its namespace; the bridge's end, in the root namespace, where
+    the controller reads its counters)."""
+    server = topo.server_of(gpu)
+    assert server is not None, gpu
+    return f"{gpu}-nvl0", f"{server.name}-nvl{server.gpus.index(gpu)}"

@@ -126,6 +126,11 @@ class Topology:
         """The server a GPU is in (None: a host of its own)."""
         return self._server_of.get(host)
 
+    def is_nvlink(self, a: str, b: str) -> bool:
+        """Whether a–b names a GPU's NVLink port: the GPU and its server, either way round."""
+        return any((server := self.server_of(gpu)) is not None and server.name == other
+                   for gpu, other in ((a, b), (b, a)))
+
     def nvlink_mbps(self, gpu: str) -> float:
         """The rate of a GPU's NVLink port, each way: its server's ratio times its NIC's rate."""
         server = self.server_of(gpu)

@@ -56,11 +56,14 @@ class FaultCommands(Commands):
                      "clears)", (str, float), apply)
 
     def do_rate(self, line: str) -> None:
-        """rate A B MBPS: A's port toward B drains at MBPS (a port running below its capacity);
+        """rate A B MBPS: A's port toward B drains at MBPS (a port running below its capacity); on a
+        multi-GPU server, rate GPU SERVER MBPS shapes that GPU's NVLink both ways (a degraded NVLink);
         rate A B off restores it."""
         def apply(switch: str, neighbour: str, mbps: float | None) -> str:
             inject(self.tb, Fault("rate", (switch, neighbour), mbps=mbps or 0.0))
-            return f"{switch} -> {neighbour}: {'as configured' if mbps is None else f'{mbps:g} Mbit/s'}"
+            what = f"NVLink of {switch}-{neighbour}" if self.tb.topo.is_nvlink(switch, neighbour) else \
+                f"{switch} -> {neighbour}"
+            return f"{what}: {'as configured' if mbps is None else f'{mbps:g} Mbit/s'}"
 
         self._inject(line, "rate", "a switch, its neighbour and Mbit/s, e.g. rate s3 s1 10 (rate s3 s1 off)",
                      (str, str, mbps_or_off), apply)

@@ -150,3 +150,22 @@ def test_step_timings_age_out_and_a_lone_or_uniformly_slow_set_of_hosts_is_no_su
     report_work(loc, 1.0, slow="h1")
     assert loc.update(1.0, busy(1.0), set(), {}, {})[0].target == "host h1"
     assert loc.update(10.0, busy(10.0), set(), {}, {}) == [] and loc.step_work == {}  # the reports aged out
+
+
+def test_a_degraded_nvlink_is_named_by_its_speed_and_the_gpus_it_starves_are_not():
+    from controller.localizer import NvLinkReading
+
+    topo = railopt(servers=2, gpus=4, spines=1)  # NVLink 8x the NICs' rate
+    nominal = topo.nvlink_mbps("h1")
+    readings = {
+        "h2": NvLinkReading(0.25 * nominal, nominal, 2 << 20, 0.25 * nominal),  # trained down to a quarter
+        "h3": NvLinkReading(0.999 * nominal, nominal, 2 << 20, 0.25 * nominal),  # fed by h2: as slow, but healthy
+        "h1": NvLinkReading(nominal, nominal, 16 << 20, 0.98 * nominal),
+    }
+    loc = Localizer(topo)
+    for t in range(3):
+        found = loc.update(float(t), {}, set(), {}, {}, readings)
+    assert [(s.target, s.fault, s.alert) for s in found] == [("link h2-srv1", "slow-nvlink", True)]
+    assert found[0].evidence.startswith(f"NVLink of GPU h2 of srv1: runs at {0.25 * nominal:.1f} of {nominal:g} "
+                                        "Mbit/s (its link speed); it carried 2.1 MB"), found[0].evidence
+    assert found[0].score > 0.8
