@@ -1,11 +1,14 @@
 """Evaluate fault localisation (controller/localizer.py) on the default fabric under all-reduce load.
 
     python -m testbed diagnose-eval [--trials 60] [--no-fault 10] [--seed 1] [--kinds down,loss,rate,delay,host]
-                                    [--dataplane soft|bmv2]
+                                    [--dataplane soft|bmv2] [--topo leafspine|railopt:servers=2,gpus=4]
 
 One leaf-spine testbed (soft switch, or BMv2 without the delay kind; mode none); an 8-rank ring
 all-reduce over every host, its ranks interleaved across the leaves, run in a loop so every fabric
-link carries traffic both ways; its ranks report their step timings to the controller. Each trial:
+link carries traffic both ways; its ranks report their step timings to the controller. On multi-GPU
+servers (railopt), a hier all-reduce over every GPU instead, and the kinds of a GPU node (Lingjing's
+answer): nic (the leaf's port toward a GPU at half rate), gpu (a slow GPU), nvlink (a GPU's NVLink at
+a quarter of its rate), rail (a rail's leaf holding frames). Each trial:
 a quiet period (an alert then is a false alarm), the fault injected at a seeded random place (a
 fabric link, one direction of it, a switch, or a host whose ranks compute slowly), the
 controller's Diagnose polled every 250 ms until its top alert is the truth (and holds) or
@@ -29,15 +32,21 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from controller.localizer import Localizer
 from emulation.faults import Fault, inject
 from emulation.net import Testbed
 from topologies import leafspine
+from topologies.spec import Topology
 from wire import advice_pb2 as pb
 from wire.adviceclient import diagnose
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView
 
 KINDS = ("down", "loss", "rate", "delay", "host")
+# On multi-GPU servers (railopt): a GPU's NIC at half rate, a slow GPU, a degraded NVLink, a rail's
+# leaf holding frames; what they are named is what the localiser must name (Lingjing's GPU node).
+SERVER_KINDS = ("nic", "gpu", "nvlink", "rail")
+NVLINK_SHARE = 0.25  # a degraded NVLink runs at a quarter of its rate (a link trained down to fewer lanes)
 LOSS_PERCENTS = (2.0, 5.0, 20.0)
 RATE_SHARE = 0.5  # a slow port drains at half its capacity
 DELAY_MS = 5.0
@@ -50,7 +59,7 @@ RINGS = 1  # all-reduce rings in the load (the second, if any, in the opposite o
 @dataclass
 class Trial:
     index: int
-    kind: str  # down | loss | rate | delay | host | none
+    kind: str  # down | loss | rate | delay | host | nic | gpu | nvlink | rail | none
     where: str  # what was done, e.g. "loss 5% s1 -> s3"
     truth: str  # "link s1-s3", "switch s3", "host h3", "" (no fault)
     quiet_alerts: list[str] = field(default_factory=list)  # alerts before the fault: false alarms
@@ -81,7 +90,9 @@ def plan_trials(tb: Testbed, count: int, no_fault: int, kinds: tuple[str, ...], 
         if rng.random() < 0.5:
             a, b = b, a
         link = f"link {'-'.join(sorted((a, b)))}"
-        if kind == "down":
+        if kind in SERVER_KINDS:
+            trials.append(server_trial(tb, kind, rng))
+        elif kind == "down":
             trials.append(Trial(0, kind, f"down {a}-{b}", link))
         elif kind == "loss":
             trials.append(Trial(0, kind, f"loss {rng.choice(LOSS_PERCENTS):g}% {a} -> {b}", link))
@@ -100,6 +111,25 @@ def plan_trials(tb: Testbed, count: int, no_fault: int, kinds: tuple[str, ...], 
     return trials
 
 
+def server_trial(tb: Testbed, kind: str, rng: random.Random) -> Trial:
+    """A trial of a multi-GPU server's kinds at a GPU (or a rail) drawn with rng."""
+    gpus = [gpu for server in tb.topo.servers for gpu in server.gpus]
+    if not gpus:
+        raise ValueError(f"fault kind {kind}: {tb.topo.name} has no multi-GPU servers")
+    gpu = rng.choice(gpus)
+    leaf = tb.topo.host_link(gpu).other(gpu)
+    server = tb.topo.server_of(gpu)
+    assert server is not None
+    if kind == "nic":  # what the GPU receives through its NIC, at half rate: the leaf's port toward it
+        return Trial(0, kind, f"rate {leaf} -> {gpu} at {100 * RATE_SHARE:g}%", Localizer.link_target(gpu, leaf))
+    if kind == "gpu":
+        return Trial(0, kind, f"slow {gpu} {rng.choice(HOST_DELAYS_MS):g} ms", f"host {gpu}")
+    if kind == "nvlink":
+        return Trial(0, kind, f"nvlink {gpu} {server.name} at {100 * NVLINK_SHARE:g}%",
+                     Localizer.link_target(gpu, server.name))
+    return Trial(0, kind, f"delay {leaf} {DELAY_MS:g} ms", f"switch {leaf}")  # a rail: its leaf holds frames
+
+
 def trial_fault(tb: Testbed, trial: Trial, on: bool) -> Fault:
     """The fault that injects (on) or clears the trial's."""
     words = trial.where.split()
@@ -108,10 +138,13 @@ def trial_fault(tb: Testbed, trial: Trial, on: bool) -> Fault:
         return Fault("link_down" if on else "link_up", (a, b))
     if trial.kind == "loss":
         return Fault("loss", (words[2], words[4]), percent=float(words[1].rstrip("%")) if on else 0.0)
-    if trial.kind == "rate":
+    if trial.kind in ("rate", "nic"):
         a, b = words[1], words[3]
         return Fault("rate", (a, b), mbps=tb.topo.find_link(a, b).capacity_mbps * RATE_SHARE if on else 0.0)
-    if trial.kind == "delay":
+    if trial.kind == "nvlink":
+        gpu, server = words[1], words[2]
+        return Fault("rate", (gpu, server), mbps=tb.topo.nvlink_mbps(gpu) * NVLINK_SHARE if on else 0.0)
+    if trial.kind in ("delay", "rail"):
         return Fault("delay", (words[1], words[1]), delay_ms=DELAY_MS if on else 0.0)
     return Fault("delay", (words[1], words[1]), delay_ms=float(words[2]) if on else 0.0)  # a slow host
 
@@ -122,8 +155,8 @@ def apply(tb: Testbed, trial: Trial, on: bool) -> None:
 
 
 class Load:
-    """8-rank ring all-reduces over every host (RINGS of them, the second in the opposite order), in a
-    loop until stopped."""
+    """Ring all-reduces over every host (RINGS of them, the second in the opposite order), in a loop
+    until stopped; on multi-GPU servers, hier all-reduces over every GPU (NVLink and rails both busy)."""
 
     def __init__(self, tb: Testbed) -> None:
         leaves: dict[str, list[str]] = {}
@@ -132,6 +165,10 @@ class Load:
         columns = list(leaves.values())
         interleaved = [h for group in zip(*columns, strict=False) for h in group]  # every hop crosses leaves
         self.orders = [interleaved, interleaved[::-1]]
+        self.algo, self.order = "ring", "given"
+        if tb.topo.servers:
+            self.orders = [[h.name for h in tb.topo.hosts]] * 2
+            self.algo, self.order = "hier", "topology"
         self.view = FabricView.of_testbed(tb)
         self.stop = threading.Event()
         self.errors: list[str] = []
@@ -141,7 +178,7 @@ class Load:
         n = 0
         while not self.stop.is_set():
             n += 1
-            spec = JobSpec(hosts=self.orders[i], sizes=[2 << 20], algo="ring", iters=10, warmup=0, order="given",
+            spec = JobSpec(hosts=self.orders[i], sizes=[2 << 20], algo=self.algo, iters=10, warmup=0, order=self.order,
                            name=f"load{i}-{n}", port_base=24000 + 200 * i, declare=False)
             try:
                 run_job(spec, self.view, progress=None)
@@ -240,9 +277,10 @@ def table(fig: dict[str, dict]) -> str:
 def evaluate(trials: int = 60, no_fault: int = 10, seed: int = 1, kinds: tuple[str, ...] = KINDS,
              quiet_s: float = 3.0, timeout_s: float = 10.0, recover_s: float = 3.0,
              say: Callable[[str], None] = print,
-             dataplane: str = "soft") -> tuple[list[Trial], dict[str, dict], Testbed]:
-    """Run the evaluation on a fresh testbed; the trials, their figures and the (stopped) testbed."""
-    with Testbed(leafspine(), dataplane=dataplane, name="diagnose-eval", mode="none") as tb:
+             dataplane: str = "soft", topo: Topology | None = None) -> tuple[list[Trial], dict[str, dict], Testbed]:
+    """Run the evaluation on a fresh testbed of `topo` (leafspine by default; SERVER_KINDS need
+    multi-GPU servers, railopt); the trials, their figures and the (stopped) testbed."""
+    with Testbed(topo or leafspine(), dataplane=dataplane, name="diagnose-eval", mode="none") as tb:
         say(f"run directory: {tb.run_dir}")
         plan = plan_trials(tb, trials, no_fault, kinds, seed)
         with Load(tb) as load:
@@ -253,7 +291,8 @@ def evaluate(trials: int = 60, no_fault: int = 10, seed: int = 1, kinds: tuple[s
         (tb.run_dir / "diagnose-eval.json").write_text(json.dumps(
             {"trials": [asdict(t) for t in plan], "figures": fig, "load_errors": load.errors[:20]}, indent=1))
         (tb.run_dir / "diagnose-eval.md").write_text(
-            f"# Fault localisation, {len(plan)} trials (seed {seed}, {dataplane} data plane)\n\n{table(fig)}\n"
+            f"# Fault localisation, {len(plan)} trials (seed {seed}, {tb.topo.name}, {dataplane} data plane)\n\n"
+            f"{table(fig)}\n"
             f"\nVerdict of the run: {tb.verdict(tb.ready_at, tb.now()).line()}\n")
         say(f"\n{table(fig)}\n\nverdict: {tb.verdict(tb.ready_at, tb.now()).line()}\n"
             f"results: {tb.run_dir / 'diagnose-eval.md'}")

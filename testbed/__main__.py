@@ -120,19 +120,29 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose_eval(args: argparse.Namespace) -> int:
-    from lab.diagnose_eval import KINDS, evaluate
+    from lab.diagnose_eval import KINDS, SERVER_KINDS, evaluate
+    from topologies import TopologyError, topology_by_name
 
-    kinds = (tuple(k for k in args.kinds.split(",") if k) if args.kinds is not None
-             else tuple(k for k in KINDS if args.dataplane == "soft" or k != "delay"))
-    unknown = [k for k in kinds if k not in KINDS]
-    if unknown or not kinds or args.trials < 0 or args.no_fault < 0:
-        print(f"testbed diagnose-eval: --kinds from {', '.join(KINDS)}; --trials, --no-fault >= 0", file=sys.stderr)
+    try:
+        topo = topology_by_name(args.topo)
+    except TopologyError as exc:
+        print(f"testbed diagnose-eval: --topo: {exc}", file=sys.stderr)
         return 2
-    if args.dataplane == "bmv2" and "delay" in kinds:
-        print("testbed diagnose-eval: --kinds delay needs the soft data plane (BMv2 has no processing-delay knob)",
+    offered = KINDS + (SERVER_KINDS if topo.servers else ())
+    kinds = (tuple(k for k in args.kinds.split(",") if k) if args.kinds is not None
+             else tuple(k for k in (SERVER_KINDS if topo.servers else KINDS)
+                        if args.dataplane == "soft" or k not in ("delay", "rail")))
+    unknown = [k for k in kinds if k not in offered]
+    if unknown or not kinds or args.trials < 0 or args.no_fault < 0:
+        print(f"testbed diagnose-eval: --kinds from {', '.join(offered)} on {topo.name}; --trials, --no-fault >= 0",
               file=sys.stderr)
         return 2
-    evaluate(args.trials, args.no_fault, args.seed, kinds, timeout_s=args.timeout, dataplane=args.dataplane)
+    if args.dataplane == "bmv2" and ({"delay", "rail"} & set(kinds)):
+        print("testbed diagnose-eval: --kinds delay and rail need the soft data plane (BMv2 has no processing-delay "
+              "knob)", file=sys.stderr)
+        return 2
+    evaluate(args.trials, args.no_fault, args.seed, kinds, timeout_s=args.timeout, dataplane=args.dataplane,
+             topo=topo)
     return 0
 
 
@@ -199,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--kinds", help="fault kinds, comma-separated (default: all the data plane can inject)")
     ev.add_argument("--dataplane", choices=("soft", "bmv2"), default="soft")
     ev.add_argument("--timeout", type=float, default=10.0, help="seconds a trial waits for a correct top-1")
+    ev.add_argument("--topo", default="leafspine", help="a topology name or file (railopt:servers=2,gpus=4: the "
+                    "kinds of multi-GPU servers)")
     for name in ("address", "device-id"):
         sub.add_parser(name).add_argument("switch")
     args = parser.parse_args(argv)
