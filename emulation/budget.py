@@ -89,31 +89,74 @@ class Budget:
         return text
 
 
+def _switch_graph(topo: Topology) -> dict[str, list[str]]:
+    return {sw.name: [n for n, _ in topo.neighbours(sw.name) if topo.is_switch(n)] for sw in topo.switches}
+
+
+def _shortest_counts(graph: dict[str, list[str]], start: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Breadth-first from start: each switch's distance and how many shortest paths reach it."""
+    dist, count, frontier = {start: 0}, {start: 1}, [start]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for n in graph[node]:
+                if n not in dist:
+                    dist[n] = dist[node] + 1
+                    count[n] = 0
+                    nxt.append(n)
+                if dist[n] == dist[node] + 1:
+                    count[n] += count[node]
+        frontier = nxt
+    return dist, count
+
+
+Searches = dict[str, tuple[dict[str, int], dict[str, int]]]  # start switch → its breadth-first search
+
+
+def path_shares(topo: Topology, src: str, dst: str, _graph: dict[str, list[str]] | None = None,
+                _searched: Searches | None = None) -> dict[str, float]:
+    """The share of src → dst's frames each switch forwards, ECMP spreading them evenly over the
+    shortest paths (their sum: the switches a frame crosses)."""
+    graph = _graph or _switch_graph(topo)
+    searched = {} if _searched is None else _searched
+    start, goal = topo.host_link(src).other(src), topo.host_link(dst).other(dst)
+    for node in (start, goal):
+        if node not in searched:
+            searched[node] = _shortest_counts(graph, node)
+    (d_from, n_from), (d_to, n_to) = searched[start], searched[goal]
+    if goal not in d_from:
+        raise ValueError(f"no path between {src} and {dst}")
+    total, length = n_from[goal], d_from[goal]
+    return {node: n_from[node] * n_to[node] / total for node in d_from
+            if node in d_to and d_from[node] + d_to[node] == length}
+
+
+def switch_frames(topo: Topology, flows: list[tuple[str, str]]) -> dict[str, float]:
+    """Frames per second each switch forwards (data and ACKs) for `flows` (source host, destination
+    host), each source at its NIC's rate split between its flows, no destination taking more than
+    its NIC's rate."""
+    nic = {h.name: topo.host_link(h.name).capacity_mbps for h in topo.hosts}
+    fan_out = Counter(src for src, _ in flows)
+    fan_in = Counter(dst for _, dst in flows)
+    graph, searched = _switch_graph(topo), {}
+    frames: dict[str, float] = {sw.name: 0.0 for sw in topo.switches}
+    for src, dst in flows:
+        mbps = min(nic[src] / fan_out[src], nic[dst] / fan_in[dst])
+        per_switch = mbps * 1e6 / 8 / FRAME_BYTES * (1 + ACK_FRAMES_PER_DATA)
+        for node, share in path_shares(topo, src, dst, graph, searched).items():
+            frames[node] += per_switch * share
+    return frames
+
+
 def path_switches(topo: Topology, src: str, dst: str) -> int:
     """Switches a frame from host src to host dst crosses (shortest path)."""
-    start, goal = topo.host_link(src).other(src), topo.host_link(dst).other(dst)
-    seen, frontier, hops = {start}, [start], 1
-    while goal not in seen:
-        nxt = [n for node in frontier for n, _ in topo.neighbours(node) if topo.is_switch(n) and n not in seen]
-        if not nxt:
-            raise ValueError(f"no path between {src} and {dst}")
-        seen.update(nxt)
-        frontier = nxt
-        hops += 1
-    return hops
+    return round(sum(path_shares(topo, src, dst).values()))
 
 
 def estimate(topo: Topology, flows: list[tuple[str, str]], what: str, cores: int | None = None) -> Budget:
     """The budget of `flows` (source host, destination host), each source at its NIC's rate split
     between its flows, no destination taking more than its NIC's rate."""
-    nic = {h.name: topo.host_link(h.name).capacity_mbps for h in topo.hosts}
-    fan_out = Counter(src for src, _ in flows)
-    fan_in = Counter(dst for _, dst in flows)
-    frames = 0.0
-    for src, dst in flows:
-        mbps = min(nic[src] / fan_out[src], nic[dst] / fan_in[dst])
-        data_frames = mbps * 1e6 / 8 / FRAME_BYTES
-        frames += data_frames * (1 + ACK_FRAMES_PER_DATA) * path_switches(topo, src, dst)
+    frames = sum(switch_frames(topo, flows).values())
     hosts = {h for flow in flows for h in flow}
     link_mbps = max((link.capacity_mbps for link in topo.links), default=0.0)
     return Budget(what, link_mbps, frames, len(topo.switches) * IDLE_SWITCH_CORES,
