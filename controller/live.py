@@ -36,7 +36,7 @@ from typing import Any
 from controller.metrics import FabricState
 from topologies.spec import Topology
 from wire import runfiles
-from wire.fidelity import WINDOW_S, FidelityTail, WindowRecord
+from wire.fidelity import WINDOW_S, FidelityTail, WindowRecord, judge
 
 log = logging.getLogger("controller.live")
 
@@ -188,21 +188,12 @@ class Frames:
         first, last = int((now - FIDELITY_LAG_S - FIDELITY_RECENT_S) / WINDOW_S), int((now - FIDELITY_LAG_S) / WINDOW_S)
         while self.records and self.records[0].window < first - 50:
             self.records.popleft()
-        flagged: set[int] = set()
-        worst, where = 0.0, ""
-        loop_worst = 0.0
-        for rec in self.records:
-            if rec.kind == "loop":
-                if first <= rec.window < last:
-                    loop_worst = max(loop_worst, rec.max_late_ms)
-                continue
-            flagged.update(w for w in rec.flagged() if first <= w < last)
-            if first <= rec.window < last and rec.max_late_ms > worst:
-                worst, where = rec.max_late_ms, rec.source
+        j = judge(self.records, first, last)
         windows = last - first
-        return {"seconds": FIDELITY_RECENT_S, "windows": windows, "late": len(flagged),
-                "held": round(1 - len(flagged) / windows, 3) if windows else 1.0,
-                "worst_ms": round(worst, 1), "worst_at": where, "loop_worst_ms": round(loop_worst, 1)}
+        return {"seconds": FIDELITY_RECENT_S, "windows": windows, "late": len(j.flagged),
+                "held": round(1 - len(j.flagged) / windows, 3) if windows else 1.0,
+                "worst_ms": round(j.worst_ms, 1), "worst_at": j.worst_source,
+                "loop_worst_ms": round(max(j.loop_worst.values(), default=0.0), 1)}
 
 
 def following(fidelity: Path | None, faults: Path | None) -> Frames:

@@ -138,7 +138,7 @@ def switch_frames(topo: Topology, flows: list[tuple[str, str]]) -> dict[str, flo
     nic = {h.name: topo.host_link(h.name).capacity_mbps for h in topo.hosts}
     fan_out = Counter(src for src, _ in flows)
     fan_in = Counter(dst for _, dst in flows)
-    graph, searched = _switch_graph(topo), {}
+    graph, searched = _switch_graph(topo), Searches()
     frames: dict[str, float] = {sw.name: 0.0 for sw in topo.switches}
     for src, dst in flows:
         mbps = min(nic[src] / fan_out[src], nic[dst] / fan_in[dst])

@@ -18,7 +18,7 @@ from typing import Any
 
 from emulation.cpuuse import CpuUsage
 from wire import runfiles
-from wire.fidelity import WINDOW_S, WindowRecord, read_records
+from wire.fidelity import WINDOW_S, WindowRecord, judge, read_records
 
 FIDELITY_CSV = runfiles.FIDELITY
 __all__ = ["FIDELITY_CSV", "Verdict", "WindowRecord", "drops_by_window", "read_records", "recent", "verdict"]
@@ -79,21 +79,10 @@ def verdict(records: Iterable[WindowRecord], t0: float, t1: float, sources: Iter
     `sampled`: switches timed only from INT samples (BMv2, by the controller), named in the line."""
     wanted = set(sources) if sources is not None else None
     first, last = int(t0 / WINDOW_S), math.ceil(t1 / WINDOW_S)
-    result = Verdict(t0, t1, t0 if run_start is None else run_start, list(range(first, last)),
-                     sampled=[s for s in sampled if wanted is None or s in wanted])
-    for rec in records:
-        if rec.kind == "loop":
-            if first <= rec.window < last:
-                result.loop_worst[rec.source] = max(result.loop_worst.get(rec.source, 0.0), rec.max_late_ms)
-            continue
-        if wanted is not None and rec.source not in wanted:
-            continue
-        for w in rec.flagged():
-            if first <= w < last:
-                result.flagged.setdefault(w, set()).add(rec.source)
-        if first <= rec.window < last and rec.max_late_ms > result.worst_ms:
-            result.worst_ms, result.worst_source, result.worst_at = rec.max_late_ms, rec.source, rec.start
-    return result
+    j = judge(records, first, last, wanted)
+    return Verdict(t0, t1, t0 if run_start is None else run_start, list(range(first, last)), j.flagged,
+                   j.worst_ms, j.worst_source, j.worst_at, j.loop_worst,
+                   sampled=[s for s in sampled if wanted is None or s in wanted])
 
 
 def drops_by_window(records: Iterable[WindowRecord], source: str) -> dict[int, int]:

@@ -38,7 +38,8 @@ import os
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from wire.runfiles import LineTail
@@ -80,6 +81,37 @@ class WindowRecord:
         first = self.late_from if self.late_from is not None else self.start
         until = self.late_until if self.late_until is not None else self.start + WINDOW_S
         return range(min(self.window, int(first / WINDOW_S)), max(self.window, int(until / WINDOW_S)) + 1)
+
+
+@dataclass
+class Judged:
+    """What the records say of windows [first, last): which a late event spoiled and by whom, the
+    worst lateness of a switch and where, and each loop's worst lag (ms)."""
+
+    flagged: dict[int, set[str]] = field(default_factory=dict)
+    worst_ms: float = 0.0
+    worst_source: str = ""
+    worst_at: float = 0.0  # wall time of the worst window's start
+    loop_worst: dict[str, float] = field(default_factory=dict)
+
+
+def judge(records: Iterable[WindowRecord], first: int, last: int, sources: set[str] | None = None) -> Judged:
+    """Judge windows [first, last) by the switches in `sources` (None: every one) and every loop: the
+    one reading of fidelity records, for a run's verdict (emulation/fidelity.py) and the live page."""
+    out = Judged()
+    for rec in records:
+        if rec.kind == "loop":
+            if first <= rec.window < last:
+                out.loop_worst[rec.source] = max(out.loop_worst.get(rec.source, 0.0), rec.max_late_ms)
+            continue
+        if sources is not None and rec.source not in sources:
+            continue
+        for w in rec.flagged():
+            if first <= w < last:
+                out.flagged.setdefault(w, set()).add(rec.source)
+        if first <= rec.window < last and rec.max_late_ms > out.worst_ms:
+            out.worst_ms, out.worst_source, out.worst_at = rec.max_late_ms, rec.source, rec.start
+    return out
 
 
 def read_records(path: Path) -> list[WindowRecord]:
