@@ -16,23 +16,23 @@ from topologies import railopt
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
 
 
-def test_every_fault_kind_is_localised_and_a_quiet_fabric_raises_no_alarm():
-    trials, fig, _ = evaluate(trials=len(KINDS), no_fault=1, seed=3, timeout_s=20.0,
-                              say=lambda line: print(f"  {line}"))
+def judge(trials, fig) -> None:
+    """Every fault the top alert, no alarm without one."""
     print("\n" + table(fig))
     for t in trials:
         if t.truth:
             assert t.correct, f"trial {t.index} ({t.where}): top-1 {t.top1 or 'none'}, alerts {t.alerts}"
         else:
             assert t.alerts == [], f"no-fault trial {t.index}: alarms {t.alerts}"
+
+
+def test_every_fault_kind_is_localised_and_a_quiet_fabric_raises_no_alarm():
+    trials, fig, _ = evaluate(trials=len(KINDS), no_fault=1, seed=3, timeout_s=20.0,
+                              say=lambda line: print(f"  {line}"))
+    judge(trials, fig)
 
 
 def test_on_multi_gpu_servers_the_nic_gpu_nvlink_and_rail_are_each_localised():
     trials, fig, _ = evaluate(trials=len(SERVER_KINDS), no_fault=1, seed=3, kinds=SERVER_KINDS, timeout_s=20.0,
                               say=lambda line: print(f"  {line}"), topo=railopt(servers=2, gpus=4, spines=2))
-    print("\n" + table(fig))
-    for t in trials:
-        if t.truth:
-            assert t.correct, f"trial {t.index} ({t.where}): top-1 {t.top1 or 'none'}, alerts {t.alerts}"
-        else:
-            assert t.alerts == [], f"no-fault trial {t.index}: alarms {t.alerts}"
+    judge(trials, fig)
