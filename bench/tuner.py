@@ -1,7 +1,7 @@
 """The auto-tuner against an exhaustive sweep, over the grid of issue "Multi-GPU servers".
 
     sudo .venv/bin/python bench/tuner.py [--servers 2] [--gpus 4] [--ratios 2,4,8] [--sizes 4M,16M]
-        [--collectives allreduce,allgather,alltoall] [--link-mbps 10] [--iters 1]
+        [--collectives allreduce,allgather,alltoall] [--link-mbps 10] [--iters 1] [--warmup 1]
 
 Per cell (server count, NVLink ratio, size, collective) on railopt (soft data plane, mode none):
 the whole grid of (algorithm, chunk, NVLink+NET split) measured once (tuner.tune(exhaustive=True)),
@@ -59,6 +59,7 @@ def main() -> int:
     parser.add_argument("--collectives", default="allreduce,allgather,alltoall")
     parser.add_argument("--link-mbps", type=float, default=10.0)
     parser.add_argument("--iters", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed iterations per trial (0 halves a sweep's time)")
     args = parser.parse_args()
     cells = []
     for servers in (int(n) for n in args.servers.split(",")):
@@ -78,7 +79,7 @@ def main() -> int:
                             t0 = tb.now()
                             _, sweep = tune(job, size, f"{collective}-{size}", TunerCache(workdir / "cache.json"),
                                             workdir, iters=args.iters, collective=collective, exhaustive=True,
-                                            progress=lambda line: print(f"    {line}", flush=True))
+                                            warmup=args.warmup, progress=lambda line: print(f"    {line}", flush=True))
                             verdict = tb.verdict(t0, tb.now())
                             times = {Config(r.algo, r.chunk_bytes, r.split): r.time_s for r in sweep}
                             pick, asked = replay(size, algorithms_for(job.local or 1, collective), times)

@@ -126,11 +126,12 @@ def search(size_bytes: int, algos: Sequence[str], chunks: Sequence[int], splits:
 def tune(job: AllReduceJob, size_bytes: int, key: str, cache: TunerCache, out_dir: Path, iters: int = 2,
          algos: Sequence[str] | None = None, chunks: Sequence[int] = CANDIDATE_CHUNKS,
          splits: Sequence[float] | None = None, collective: str = "allreduce", exhaustive: bool = False,
-         progress: Callable[[str], None] | None = None) -> tuple[Pick, list[SizeResult]]:
+         progress: Callable[[str], None] | None = None, warmup: int = 1) -> tuple[Pick, list[SizeResult]]:
     """Find the fastest configuration without measuring the whole grid (AutoCCL's coordinate
     descent): every algorithm at the default chunk; every chunk for the two fastest algorithms;
     then, where servers hold several ranks, the NVLink+NET split of the best, raised while it helps.
-    With `exhaustive`, the whole grid (the yardstick). Stores and returns the fastest, and the sweep."""
+    With `exhaustive`, the whole grid (the yardstick). Each trial: `warmup` untimed iterations, then
+    `iters` timed. Stores and returns the fastest, and the sweep."""
     local = job.local or 1
     algos = algos or algorithms_for(local, collective)
     splits = (CANDIDATE_SPLITS if local > 1 else ()) if splits is None else splits
@@ -143,7 +144,7 @@ def tune(job: AllReduceJob, size_bytes: int, key: str, cache: TunerCache, out_di
                          f"chunk {format_size(config.chunk_bytes)}"
                          + (f" split {config.split:.0%}" if config.split else ""))
             measured[config] = job.measure(size_bytes, algo=config.algo, chunk_bytes=config.chunk_bytes, iters=iters,
-                                           warmup=1, collective=collective, split=config.split)
+                                           warmup=warmup, collective=collective, split=config.split)
         return measured[config]
 
     if exhaustive:
