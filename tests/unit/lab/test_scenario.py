@@ -151,3 +151,22 @@ def test_first_table_puts_modes_side_by_side_with_the_ratio():
     assert "| p99 queue, worst port, faithful windows (pkts) | 63 | 3 | 0.05× |" in table
     assert "| drops, all switch ports | 120 | 0 | 0.00× |" in table
     assert "none: s3:3→s1" in table
+
+
+def test_a_gpus_nvlink_can_be_degraded_or_cut_in_a_scenario_and_a_made_up_one_is_refused():
+    text = """
+name: nv
+modes: [none]
+duration_s: 20
+topology: {name: railopt, args: {servers: 2, gpus: 2, spines: 1}}
+jobs:
+  - {name: ar, kind: allreduce, hosts: [h1, h2, h3, h4], size: 64K, iters: 2}
+faults:
+  - {at_s: 2, kind: rate, link: [h3, srv2], mbps: 20}
+  - {at_s: 4, kind: link_down, link: [srv1, h2]}
+"""
+    s = parse_scenario(text)
+    assert [(f.fault.kind, f.fault.link, f.fault.mbps) for f in s.faults] == [
+        ("rate", ("h3", "srv2"), 20.0), ("link_down", ("srv1", "h2"), 0.0)]
+    with pytest.raises(ScenarioError, match=r"faults\[0\]\.link: no link between h3 and srv1"):
+        parse_scenario(text.replace("[h3, srv2]", "[h3, srv1]"), "bad.yaml")  # h3 is in srv2
