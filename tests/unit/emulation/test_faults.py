@@ -47,6 +47,10 @@ class FakeTestbed:
         began = self.now()
         return began, began + 0.5
 
+    def set_nvlink_rate(self, gpu: str, mbps: float | None) -> float:
+        self.calls.append(("nvlink", gpu, mbps))
+        return self.now()
+
 
 @pytest.fixture
 def tb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeTestbed:
@@ -110,3 +114,13 @@ def test_a_fault_reads_back_from_its_record(fault: Fault) -> None:
     assert fault.kind in FAULT_KINDS
     assert Fault.from_record({"at_s": 1.0, **fault.record(), "time": 5.0}) == fault
     assert fault.describe()
+
+
+def test_a_rate_on_a_gpus_nvlink_shapes_it_either_way_round_and_zero_restores_it(tmp_path: Path) -> None:
+    from topologies import railopt
+
+    tb = FakeTestbed(tmp_path)
+    tb.topo = railopt(servers=2, gpus=2, spines=1)
+    inject(tb, Fault("rate", ("h3", "srv2"), mbps=20))  # type: ignore[arg-type]
+    inject(tb, Fault("rate", ("srv2", "h3")))  # type: ignore[arg-type]
+    assert tb.calls == [("nvlink", "h3", 20), ("nvlink", "h3", None)]
