@@ -10,7 +10,7 @@ rate. Per cell: the frame-hops a second, the CPU, the busiest switch, and the fe
 each size that hold it with the number of links that cross machines (tunnels) — or why none does:
 a soft switch is one process and cannot use more than one core, so a switch that needs more is
 beyond emulation at that rate on any cluster; the rate at which the busiest switch fits is given.
-A model, not a measurement: the machines' own cost of tunnels (gretap) is not in it.
+A model, not a measurement: what the tunnels between machines cost is not in it.
 """
 
 from __future__ import annotations
