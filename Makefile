@@ -13,6 +13,10 @@ APT_PACKAGES += ruby shellcheck
 APT_PACKAGES += openmpi-bin python3-mpi4py
 # The browser the live page's test drives (Playwright for Python, pointed at /usr/bin/chromium)
 APT_PACKAGES += chromium
+# Cluster mode: a server's sshd (the test's second server is a namespace running one; on a systemd
+# machine installing openssh-server also starts it there) and sudo, through which Mininet's cluster
+# engine runs every command on a server
+APT_PACKAGES += openssh-server sudo
 # The live page's libraries (Cytoscape.js, uPlot), from the npm registry as web/package-lock.json pins them
 WEB_LIBS := web/node_modules/.package-lock.json
 TOPO ?= leafspine

@@ -105,6 +105,18 @@ def end_process(pid: int, start: str, grace_s: float = 2.0) -> bool:
     return True
 
 
+def end_namespace_processes(netns: str, grace_s: float = 1.0) -> list[int]:
+    """End every process in the named network namespace `netns` (one this project made: what runs in it
+    is a run's — a namespace server's sshd sessions, say); they would keep it alive past `ip netns del`."""
+    listed = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split()
+    ended = []
+    for pid in map(int, listed):
+        start = process_start_time(pid)
+        if start is not None and end_process(pid, start, grace_s):
+            ended.append(pid)
+    return ended
+
+
 def clean_run(run_dir: Path) -> list[str]:
     """End recorded processes, delete recorded interfaces and namespaces of one run; say what was done."""
     done = []
@@ -130,6 +142,8 @@ def clean_run(run_dir: Path) -> list[str]:
             continue
         for name in path.read_text().split():
             if Path(exists.format(name)).exists():
+                if listing == runfiles.NETNS:
+                    done += [f"ended pid {pid} in {name}" for pid in end_namespace_processes(name)]
                 subprocess.run([*delete, name], capture_output=True)
                 done.append(f"deleted {what} {name}")
         path.unlink()

@@ -1,0 +1,316 @@
+"""Cluster mode's pieces (issue "Cluster mode"): servers reached over SSH, the links that cross them,
+and a second server on this machine for tests — on Mininet's own cluster engine
+(`mininet.examples.cluster`, Debian's mininet package), subclassed here, never patched.
+
+- `Server`: a machine of the cluster as SSH reaches it (its address on the experiment network, its
+  user), and `SshConfig`, the one ssh_config file every ssh of a run reads (key, known hosts of its
+  own, a shared connection per server), so nothing in the user's ~/.ssh is needed or changed.
+- `VxlanLink`: a link between nodes on two servers as a VXLAN tunnel. Mininet's `RemoteGRELink`
+  uses gretap, which this kernel does not have (CONFIG_NET_IPGRE is unset; VXLAN is built in);
+  `RemoteSSHLink` runs a process per link. A VXLAN end keeps its UDP socket in the namespace it was
+  made in (the server's root namespace) when it moves into its node's, so it is made there and
+  moved, as gretap is. Its MTU is the underlay's less VXLAN's 50 bytes; `VxlanLink` refuses a
+  fabric MTU larger than that (an INT frame that does not fit would be dropped silently on the way).
+- `NamespaceServer`: a "server" on this machine — a network namespace of the run's own, joined to the
+  root namespace by a veth, with its own sshd bound to its address there — so the cluster code runs
+  exactly as across two machines (the same SSH, the same tunnels), in `make test`. Everything it
+  makes is recorded in the run directory (the namespace, the veth, sshd's PID): `make clean` ends it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shlex
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mininet.examples.cluster import RemoteLink, RemoteMixin
+from mininet.link import Link
+
+from emulation.rundir import end_namespace_processes, record_interfaces, record_netns
+from emulation.spawn import Spawner
+from emulation.waiting import wait_until
+
+VXLAN_PORT = 4789  # IANA's
+VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
+VNI_BASE = 0x5A0000  # VNIs of this project's tunnels: base + a counter (24 bits)
+SSHD = "/usr/sbin/sshd"
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str  # as nodes name their server (`server=`)
+    address: str  # on the experiment network: where SSH and the tunnels reach it
+    user: str = "root"
+
+
+class SshConfig:
+    """One ssh_config for a run: a key of the run's own, known hosts of its own (a server's host key
+    accepted the first time: the run made the server or was told its address), no agent, no password,
+    one shared connection per server (ControlMaster) so a command costs a round trip, not a handshake."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.key = self.dir / "id_ed25519"
+        self.path = self.dir / "ssh_config"
+        self.servers: dict[str, Server] = {}
+
+    def ensure_key(self) -> Path:
+        if not self.key.exists():
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "starnet cluster", "-f", str(self.key)])
+        return self.key.with_suffix(".pub")
+
+    def add(self, server: Server) -> None:
+        self.servers[server.name] = server
+        self.write()
+
+    def write(self) -> None:
+        lines = []
+        for s in self.servers.values():
+            # ControlPath: a socket path must stay under 108 bytes; %C is a short hash of the connection
+            lines += [f"Host {s.name} {s.address}", f"  HostName {s.address}", f"  User {s.user}",
+                      f"  IdentityFile {self.key}", "  IdentitiesOnly yes",
+                      f"  UserKnownHostsFile {self.dir / 'known_hosts'}", "  StrictHostKeyChecking accept-new",
+                      "  BatchMode yes", "  ForwardAgent no", "  ControlMaster auto",
+                      f"  ControlPath {control_dir()}/%C", "  ControlPersist 60", "  ConnectTimeout 5", ""]
+        self.path.write_text("\n".join(lines))
+
+    def ssh(self, server: str, argv: list[str]) -> list[str]:
+        """argv run on `server` by ssh (as one shell-quoted command line: ssh joins its arguments)."""
+        return ["ssh", "-F", str(self.path), server, "--", shlex.join(argv)]
+
+    def run(self, server: str, argv: list[str], timeout_s: float = 30.0) -> str:
+        return run(self.ssh(server, argv), timeout_s)
+
+    def close(self, server: str) -> None:
+        """End the shared connection to `server` (else its master lingers ControlPersist seconds)."""
+        subprocess.run(["ssh", "-F", str(self.path), "-O", "exit", server], capture_output=True, timeout=10)
+
+
+def control_dir() -> Path:
+    path = Path("/run/starnet/ssh")
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def run(argv: list[str], timeout_s: float = 30.0) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ClusterError(f"{shlex.join(argv)}: no answer in {timeout_s:g} s") from None
+    if done.returncode:
+        raise ClusterError(f"{shlex.join(argv)}: {done.stderr.strip() or f'exit {done.returncode}'}")
+    return done.stdout
+
+
+class ClusterNodeMixin(RemoteMixin):
+    """Mininet's RemoteMixin with the run's ssh_config (`ssh_config=`): its key and known hosts, not the
+    user's; a node on the server named 'localhost' (this machine) stays local, as in Mininet."""
+
+    def __init__(self, name: str, *, ssh_config: Path | None = None, **kwargs: Any) -> None:
+        if ssh_config is not None:
+            self.sshbase = [*RemoteMixin.sshbase, "-F", str(ssh_config)]
+        super().__init__(name, **kwargs)
+
+
+class VxlanLink(RemoteLink):
+    """A link whose ends may be on two servers (see the module's doc). Same server: Mininet's veth pair.
+    `mtu=` the fabric's MTU on this link: refused if the tunnel cannot carry it."""
+
+    _vni = itertools.count(1)
+    tunnel: Any = None  # RemoteLink's: the VNI of a tunnel, None for a veth pair
+
+    def __init__(self, node1: Any, node2: Any, mtu: int | None = None, **kwargs: Any) -> None:
+        self.mtu = mtu
+        self.vni: int | None = None
+        super().__init__(node1, node2, **kwargs)
+
+    def makeIntfPair(self, intfname1: str, intfname2: str, addr1: str | None = None,  # noqa: N802,N803 (Mininet API)
+                     addr2: str | None = None, node1: Any = None, node2: Any = None,
+                     deleteIntfs: bool = True) -> Any:  # noqa: N803
+        node1 = self.node1 if node1 is None else node1
+        node2 = self.node2 if node2 is None else node2
+        if getattr(node1, "server", "localhost") == getattr(node2, "server", "localhost"):
+            return Link.makeIntfPair(intfname1, intfname2, addr1, addr2, node1, node2, deleteIntfs=deleteIntfs)
+        self.vni = VNI_BASE + next(self._vni)
+        ends = []
+        for node, intf, addr, far in ((node1, intfname1, addr1, node2), (node2, intfname2, addr2, node1)):
+            local, remote = tunnel_addresses(node, far)
+            underlay = underlay_mtu(node, remote)
+            room = underlay - VXLAN_OVERHEAD
+            if self.mtu is not None and self.mtu > room:
+                raise ClusterError(f"link {node1.name}-{node2.name}: MTU {self.mtu} does not fit a VXLAN tunnel "
+                                   f"over {node.server}'s {underlay}-byte underlay (at most {room}); raise the "
+                                   "underlay's MTU or lower the fabric's")
+            ends.append((node, intf, vxlan_argv(intf, self.vni, local, remote, addr, self.mtu or room)))
+        made: list[tuple[Any, str, bool]] = []  # (node, interface, moved into the node's namespace)
+        try:
+            for node, intf, argv in ends:
+                node_cmd(node, argv)
+                made.append((node, intf, False))
+                if node.inNamespace:
+                    node_cmd(node, ["ip", "link", "set", intf, "netns", str(node.pid)])
+                    made[-1] = (node, intf, True)
+        except Exception:
+            for node, intf, moved in made:
+                node.cmd(f"ip link del {intf}") if moved else node.rcmd(["ip", "link", "del", intf])
+            raise
+        self.tunnel = self.vni  # RemoteLink.stop: a tunnel's ends are deleted, not a veth pair
+        return None
+
+    def stop(self) -> None:
+        if self.tunnel:
+            self.intf1.delete()
+            self.intf2.delete()
+            self.tunnel = None
+        else:
+            Link.stop(self)
+
+
+def vxlan_argv(intf: str, vni: int, local: str, remote: str, mac: str | None, mtu: int) -> list[str]:
+    argv = ["ip", "link", "add", intf, "mtu", str(mtu)]
+    if mac:
+        argv += ["address", mac]
+    return [*argv, "type", "vxlan", "id", str(vni), "local", local, "remote", remote, "dstport", str(VXLAN_PORT)]
+
+
+def node_cmd(node: Any, argv: list[str], timeout_s: float = 30.0) -> str:
+    """argv (no shell: ssh joins words with spaces, so no word may hold one) in the root namespace of
+    node's server; its output, or its error raised."""
+    proc = node.rpopen(argv, tt=False)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise ClusterError(f"{node.server}: {shlex.join(argv)}: no answer in {timeout_s:g} s") from None
+    text = out.decode(errors="replace") if isinstance(out, bytes) else out
+    if proc.returncode:
+        raise ClusterError(f"{node.server}: {shlex.join(argv)}: {text.strip() or f'exit {proc.returncode}'}")
+    return text
+
+
+def tunnel_addresses(node: Any, far: Any) -> tuple[str, str]:
+    """(this end's address, the far end's) on the experiment network: this machine ('localhost') has
+    no serverIP of use; its address is the source of its route to the far server."""
+    remote = far.serverIP if far.server != "localhost" else route_source(node, node.serverIP)
+    local = node.serverIP if node.server != "localhost" else route_source(node, remote)
+    return local, remote
+
+
+def route_source(node: Any, to: str) -> str:
+    words = node_cmd(node, ["ip", "-o", "route", "get", to]).split()
+    if "src" not in words:
+        raise ClusterError(f"{node.server}: no route to {to}")
+    return words[words.index("src") + 1]
+
+
+def underlay_mtu(node: Any, to: str) -> int:
+    words = node_cmd(node, ["ip", "-o", "route", "get", to]).split()
+    if "dev" not in words:
+        raise ClusterError(f"{node.server}: no route to {to}")
+    dev = words[words.index("dev") + 1]
+    # not sysfs: it shows the namespace it was mounted in, not always the one asking
+    link = node_cmd(node, ["ip", "-o", "link", "show", "dev", dev]).split()
+    if "mtu" not in link:
+        raise ClusterError(f"{node.server}: no MTU for {dev}: {' '.join(link)}")
+    return int(link[link.index("mtu") + 1])
+
+
+class NamespaceServer:
+    """A second server on this machine (see the module's doc): namespace `ns`, reached from the root
+    namespace at `address` over a veth (root end `uplink`), sshd inside bound to that address only."""
+
+    def __init__(self, run_dir: Path, spawner: Spawner, ssh: SshConfig, name: str = "srv2",
+                 subnet: str = "172.31.250", mtu: int = 9100) -> None:
+        self.run_dir, self.spawner, self.ssh, self.name = run_dir, spawner, ssh, name
+        self.ns = f"starnet-{name}"
+        self.uplink = f"{name}-up"[:15]
+        self.gateway, self.address = f"{subnet}.1", f"{subnet}.2"
+        self.mtu = mtu  # the underlay: the fabric's 9000 plus VXLAN's 50 fit
+        self.sshd: subprocess.Popen | None = None
+
+    @property
+    def server(self) -> Server:
+        return Server(self.name, self.address)
+
+    def start(self, timeout_s: float = 10.0) -> Server:
+        if shutil.which("sshd") is None and not Path(SSHD).exists():
+            raise ClusterError("sshd not found: the namespace server needs openssh-server (make deps installs it)")
+        if Path(f"/run/netns/{self.ns}").exists() or Path(f"/sys/class/net/{self.uplink}").exists():
+            raise ClusterError(f"{self.ns} or {self.uplink} exists already: another run's namespace server "
+                               "(`make clean` ends it if that run is gone)")
+        prefix = self.gateway.rsplit(".", 1)[0] + "."
+        taken = [line for line in run(["ip", "-o", "-4", "addr", "show"]).splitlines() if f" {prefix}" in line]
+        if taken:
+            raise ClusterError(f"the namespace server's subnet {prefix}0/30 is in use on this machine "
+                               f"({taken[0].split()[1]}): choose another (subnet=)")
+        record_netns(self.run_dir, [self.ns])
+        record_interfaces(self.run_dir, [self.uplink])
+        run(["ip", "netns", "add", self.ns])
+        run(["ip", "link", "add", self.uplink, "mtu", str(self.mtu), "type", "veth", "peer", "name", "eth0",
+             "mtu", str(self.mtu), "netns", self.ns])
+        run(["ip", "addr", "add", f"{self.gateway}/30", "dev", self.uplink])
+        run(["ip", "link", "set", self.uplink, "up"])
+        for argv in (["ip", "addr", "add", f"{self.address}/30", "dev", "eth0"], ["ip", "link", "set", "eth0", "up"],
+                     ["ip", "link", "set", "lo", "up"]):
+            run(["ip", "netns", "exec", self.ns, *argv])
+        self._start_sshd(timeout_s)
+        self.ssh.add(self.server)
+        return self.server
+
+    def _start_sshd(self, timeout_s: float) -> None:
+        d = self.run_dir / "cluster" / self.name
+        d.mkdir(parents=True, exist_ok=True)
+        host_key = d / "ssh_host_ed25519_key"
+        if not host_key.exists():
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)])
+        authorized = d / "authorized_keys"
+        authorized.write_text(self.ssh.ensure_key().read_text())
+        authorized.chmod(0o600)
+        config = d / "sshd_config"
+        config.write_text("\n".join([
+            f"ListenAddress {self.address}", f"HostKey {host_key}", f"AuthorizedKeysFile {authorized}",
+            "PermitRootLogin prohibit-password", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+            "UsePAM no", "StrictModes no", "AllowTcpForwarding local", "StreamLocalBindUnlink yes",
+            "X11Forwarding no", "PermitTunnel no", f"PidFile {d / 'sshd.pid'}", ""]))
+        Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+        self.sshd = sshd = self.spawner.start(f"sshd-{self.name}", ["ip", "netns", "exec", self.ns, SSHD, "-D", "-e",
+                                                                    "-f", str(config)], log=d / "sshd.log")
+        if not wait_until(lambda: self._listening() or sshd.poll() is not None, timeout_s):
+            raise ClusterError(f"{self.name}: sshd not listening on {self.address}:22 after {timeout_s:g} s "
+                               f"(see {d / 'sshd.log'})")
+        if sshd.poll() is not None:
+            raise ClusterError(f"{self.name}: sshd exited ({sshd.returncode}); see {d / 'sshd.log'}")
+
+    def _listening(self) -> bool:
+        try:
+            with socket.create_connection((self.address, 22), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        self.ssh.close(self.name)
+        if self.sshd is not None:
+            self.spawner.stop(f"sshd-{self.name}", self.sshd, grace_s=2.0)
+            self.sshd = None
+        end_namespace_processes(self.ns)  # sshd's sessions, a remote node's shell: they would keep it alive
+        subprocess.run(["ip", "link", "del", self.uplink], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+
+    def __enter__(self) -> NamespaceServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
