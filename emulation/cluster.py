@@ -20,6 +20,7 @@ and a second server on this machine for tests — on Mininet's own cluster engin
 from __future__ import annotations
 
 import itertools
+import selectors
 import shlex
 import shutil
 import socket
@@ -31,9 +32,18 @@ from typing import Any
 from mininet.examples.cluster import RemoteLink, RemoteMixin
 from mininet.link import Link
 
-from emulation.rundir import end_namespace_processes, record_interfaces, record_netns
+from emulation.rundir import (
+    PROJECT_ROOT,
+    START_TIME,
+    end_namespace_processes,
+    end_remote_process,
+    record_interfaces,
+    record_netns,
+    remote_command,
+)
 from emulation.spawn import Spawner
 from emulation.waiting import wait_until
+from wire import runfiles
 
 VXLAN_PORT = 4789  # IANA's
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
@@ -57,11 +67,12 @@ class SshConfig:
     accepted the first time: the run made the server or was told its address), no agent, no password,
     one shared connection per server (ControlMaster) so a command costs a round trip, not a handshake."""
 
-    def __init__(self, directory: Path) -> None:
-        self.dir = directory
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.dir = run_dir / runfiles.CLUSTER_DIR
         self.dir.mkdir(parents=True, exist_ok=True)
         self.key = self.dir / "id_ed25519"
-        self.path = self.dir / "ssh_config"
+        self.path = run_dir / runfiles.SSH_CONFIG
         self.servers: dict[str, Server] = {}
 
     def ensure_key(self) -> Path:
@@ -86,7 +97,7 @@ class SshConfig:
 
     def ssh(self, server: str, argv: list[str]) -> list[str]:
         """argv run on `server` by ssh (as one shell-quoted command line: ssh joins its arguments)."""
-        return ["ssh", "-F", str(self.path), server, "--", shlex.join(argv)]
+        return remote_command(self.run_dir, server, argv)
 
     def run(self, server: str, argv: list[str], timeout_s: float = 30.0) -> str:
         return run(self.ssh(server, argv), timeout_s)
@@ -269,7 +280,7 @@ class NamespaceServer:
         return self.server
 
     def _start_sshd(self, timeout_s: float) -> None:
-        d = self.run_dir / "cluster" / self.name
+        d = self.ssh.dir / self.name
         d.mkdir(parents=True, exist_ok=True)
         host_key = d / "ssh_host_ed25519_key"
         if not host_key.exists():
@@ -314,3 +325,107 @@ class NamespaceServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ServerSpawner:
+    """The Spawner interface (emulation/spawn.py) on a server, over SSH: argv runs in the server's root
+    namespace, or in a host's there (mnexec, with the host's PID on that server); its output appended
+    to `log` on the server. The local Popen is the ssh session, alive as long as the process (sh execs
+    it after printing its PID); the process's PID and start time on the server are recorded under
+    remote-pids/<server>/, and stop() ends it there by that PID, never by a name."""
+
+    def __init__(self, run_dir: Path, ssh: SshConfig, server: str, host_pids: dict[str, int] | None = None) -> None:
+        self.run_dir, self.ssh, self.server = run_dir, ssh, server
+        self.host_pids: dict[str, int] = dict(host_pids or {})
+        self.records = run_dir / runfiles.REMOTE_PIDS / server
+        self.records.mkdir(parents=True, exist_ok=True)
+        self.remote: dict[str, tuple[int, str]] = {}  # label → (pid, start) on the server
+
+    def add_hosts(self, pids: Any) -> None:
+        self.host_pids.update(pids)
+
+    def start(self, label: str, argv: list[str], log: Path | None = None, host: str | None = None,
+              new_session: bool = False, timeout_s: float = 15.0) -> subprocess.Popen:
+        if host is not None:
+            if host not in self.host_pids:
+                raise ClusterError(f"{self.server}: no host {host!r} to start {label} in")
+            argv = ["mnexec", "-a", str(self.host_pids[host]), *argv]
+        out = shlex.quote(str(log)) if log is not None else "/dev/null"
+        mkdir = f"mkdir -p {shlex.quote(str(log.parent))} && " if log is not None else ""
+        # In the project's directory (at the same path on every server, as Mininet's cluster has mininet);
+        # new_session needs nothing: sshd gives every session's processes a session of their own. Its PID
+        # and start time printed first: one round trip, and a process that ends at once is still known.
+        stamp = f"echo $$ $({START_TIME.format(pid='$$')})"
+        script = (f"cd {shlex.quote(str(PROJECT_ROOT))} && {mkdir}{stamp} && exec {shlex.join(argv)} >> {out} 2>&1 "
+                  "< /dev/null")
+        proc = subprocess.Popen(self.ssh.ssh(self.server, ["sh", "-c", script]), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        words = _read_line(proc, timeout_s).split()
+        if len(words) != 2 or not all(w.isdigit() for w in words):
+            proc.kill()
+            _, err = proc.communicate()
+            said = (" ".join(words) + " " + err.decode()).strip() or "no PID"
+            raise ClusterError(f"{self.server}: {label} did not start: {said}")
+        pid, start = int(words[0]), words[1]
+        self.remote[label] = (pid, start)
+        (self.records / f"{label}.pid").write_text(f"{pid} {start}\n")
+        return proc
+
+    def stop(self, label: str, proc: subprocess.Popen, grace_s: float = 5.0) -> int:
+        pid, start = self.remote.pop(label, (0, "?"))
+        if pid and proc.poll() is None:
+            try:
+                end_remote_process(self.run_dir, self.server, pid, start, grace_s)
+            except OSError as exc:
+                raise ClusterError(str(exc)) from None
+        try:
+            status = proc.wait(grace_s + 5.0)  # the session ends with the process
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            status = proc.wait()
+        (self.records / f"{label}.pid").unlink(missing_ok=True)
+        return status
+
+
+def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
+    """The first line of proc's stdout within timeout_s ('' if none: it exited or stayed silent)."""
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout_s):
+            return ""
+    return proc.stdout.readline().decode(errors="replace")
+
+
+class SocketForward:
+    """A Unix socket here that reaches a Unix socket on a server, through SSH (`ssh -N -L here:there`):
+    how the controller reaches a remote switch's P4Runtime, which serves on a Unix socket on its
+    server only (never an address of the network: the tunnel is SSH's, authenticated by the run's key
+    and encrypted). Started and stopped through a Spawner of this machine (recorded for make clean)."""
+
+    def __init__(self, spawner: Spawner, ssh: SshConfig, server: str, here: Path, there: Path,
+                 label: str) -> None:
+        self.spawner, self.ssh, self.server = spawner, ssh, server
+        self.here, self.there, self.label = here, there, label
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"unix:{self.here}"
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        self.here.unlink(missing_ok=True)
+        argv = ["ssh", "-F", str(self.ssh.path), "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ControlMaster=no",
+                "-o", "StreamLocalBindUnlink=yes", "-L", f"{self.here}:{self.there}", self.server]
+        self.proc = proc = self.spawner.start(self.label, argv, log=self.here.with_suffix(".log"))
+        if not wait_until(lambda: self.here.exists() or proc.poll() is not None, timeout_s, 0.05):
+            raise ClusterError(f"{self.server}: forward of {self.there} not up after {timeout_s:g} s")
+        if proc.poll() is not None:
+            raise ClusterError(f"{self.server}: forward of {self.there} failed (exit {proc.returncode}); "
+                               f"see {self.here.with_suffix('.log')}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.spawner.stop(self.label, self.proc, grace_s=2.0)
+            self.proc = None
+        self.here.unlink(missing_ok=True)

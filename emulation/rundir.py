@@ -17,6 +17,7 @@ interfaces): a starting testbed cleans the run of every entry whose owner is gon
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -117,9 +118,44 @@ def end_namespace_processes(netns: str, grace_s: float = 1.0) -> list[int]:
     return ended
 
 
+START_TIME = "awk '{{sub(/.*\\) /, \"\"); print $20}}' /proc/{pid}/stat"  # field 22: the 20th after "(comm) "
+
+
+def remote_command(run_dir: Path, server: str, argv: list[str]) -> list[str]:
+    """argv run on a server of the run's cluster by ssh, with the run's ssh_config (emulation/cluster.py
+    writes it); one shell-quoted command line, as ssh joins its words for the far shell."""
+    return ["ssh", "-F", str(run_dir / runfiles.SSH_CONFIG), server, "--", shlex.join(argv)]
+
+
+def end_remote_process(run_dir: Path, server: str, pid: int, start: str, grace_s: float = 2.0) -> bool:
+    """end_process on a server of the run's cluster (over SSH): True if the process recorded was there.
+    OSError if the server cannot be reached."""
+    check = f'[ "$({START_TIME.format(pid=pid)} 2>/dev/null)" = {shlex.quote(start)} ]'
+    script = (f"{check} || exit 3; kill -TERM {pid}; i=0; while {check} && [ $i -lt {int(grace_s * 20)} ]; "
+              f"do sleep 0.05; i=$((i+1)); done; {check} && kill -KILL {pid}; exit 0")
+    try:
+        done = subprocess.run(remote_command(run_dir, server, ["sh", "-c", script]), capture_output=True, text=True,
+                              timeout=grace_s + 15)
+    except subprocess.TimeoutExpired:
+        raise OSError(f"{server}: no answer over SSH") from None
+    if done.returncode not in (0, 3):
+        raise OSError(f"{server}: {done.stderr.strip() or f'ssh exit {done.returncode}'}")
+    return done.returncode == 0
+
+
 def clean_run(run_dir: Path) -> list[str]:
     """End recorded processes, delete recorded interfaces and namespaces of one run; say what was done."""
     done = []
+    for records in sorted((run_dir / runfiles.REMOTE_PIDS).glob("*")):  # on the run's servers, first: they go through
+        # the run's local processes (a namespace server's sshd)
+        for pid_file in sorted(records.glob("*.pid")):
+            try:
+                pid_text, start = pid_file.read_text().split()
+                if end_remote_process(run_dir, records.name, int(pid_text), start):
+                    done.append(f"ended {pid_file.stem} on {records.name} (pid {pid_text})")
+            except (ValueError, OSError) as exc:
+                done.append(f"could not end {pid_file.stem} on {records.name}: {exc}")
+            pid_file.unlink(missing_ok=True)
     for pid_file in sorted((run_dir / runfiles.PIDS).glob("*.pid")):
         try:
             pid_text, start = pid_file.read_text().split()

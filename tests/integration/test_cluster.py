@@ -6,16 +6,29 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
+import grpc
 import pytest
 from mininet.net import Mininet
 from mininet.node import Host
 
-from emulation.cluster import ClusterError, ClusterNodeMixin, NamespaceServer, SshConfig, VxlanLink
-from emulation.rundir import new_run_dir
+from emulation.cluster import (
+    ClusterError,
+    ClusterNodeMixin,
+    NamespaceServer,
+    ServerSpawner,
+    SocketForward,
+    SshConfig,
+    VxlanLink,
+)
+from emulation.rundir import clean_run, new_run_dir
 from emulation.spawn import LocalSpawner
+from emulation.waiting import wait_until
+from wire.proto import p4r, p4r_grpc
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
@@ -38,7 +51,7 @@ def rtt_ms(node: Host, address: str) -> float:
 @pytest.fixture(scope="module")
 def server():
     run_dir = new_run_dir("cluster-test")
-    ssh = SshConfig(run_dir / "cluster")
+    ssh = SshConfig(run_dir)
     srv = NamespaceServer(run_dir, LocalSpawner(run_dir), ssh)
     srv.start()
     yield srv
@@ -85,6 +98,51 @@ def test_a_fabric_mtu_the_underlay_cannot_carry_is_refused_naming_the_link(serve
         assert "h1-eth0" not in subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
     finally:
         net.stop()
+
+
+def test_a_switch_on_the_server_answers_p4runtime_through_an_ssh_forwarded_socket_only(server):
+    spawner = ServerSpawner(server.run_dir, server.ssh, server.name)
+    there = Path(f"/run/starnet/{server.ns}-{os.getpid()}/s9.sock")  # the server's file system (here: ours)
+    server.ssh.run(server.name, ["mkdir", "-p", str(there.parent)])
+    proc = spawner.start("switch-s9", [sys.executable, "-m", "softswitch", "--device-id", "9", "--name", "s9",
+                                       "--grpc-server-addr", f"unix:{there}", "--no-fidelity"],
+                         log=server.run_dir / "switches" / "s9.log")
+    pid, _ = spawner.remote["switch-s9"]
+    forward = SocketForward(LocalSpawner(server.run_dir), server.ssh, server.name, server.run_dir / "p4rt-s9.sock",
+                            there, "forward-s9")
+    try:
+        assert netns_of(pid) == f"net:[{Path(f'/run/netns/{server.ns}').stat().st_ino}]"
+        assert (server.run_dir / "remote-pids" / server.name / "switch-s9.pid").read_text().split()[0] == str(pid)
+        assert wait_until(there.exists, 15.0), (server.run_dir / "switches" / "s9.log").read_text()
+        forward.start()
+        with grpc.insecure_channel(forward.address) as channel:
+            reply = p4r_grpc.P4RuntimeStub(channel).Capabilities(p4r.CapabilitiesRequest(), timeout=10)
+        assert reply.p4runtime_api_version.startswith("1.")
+    finally:
+        forward.stop()
+        status = spawner.stop("switch-s9", proc)
+        shutil.rmtree(there.parent, ignore_errors=True)
+    assert status == 0  # it ended on SIGTERM, cleanly
+    assert not Path(f"/proc/{pid}").exists()
+    assert not list((server.run_dir / "remote-pids" / server.name).glob("*.pid"))
+    assert not (server.run_dir / "p4rt-s9.sock").exists()
+
+
+def test_make_clean_ends_what_a_dead_run_left_on_its_server_and_the_server(server):
+    spawner = ServerSpawner(server.run_dir, server.ssh, server.name)
+    proc = spawner.start("sleeper", ["sleep", "300"])
+    pid, _ = spawner.remote["sleeper"]
+    proc.kill()  # the run dies: its ssh session goes, the process on the server stays
+    proc.wait()
+    assert Path(f"/proc/{pid}").exists()
+    done = clean_run(server.run_dir)
+    assert f"ended sleeper on {server.name} (pid {pid})" in done
+    assert wait_until(lambda: not Path(f"/proc/{pid}").exists(), 5.0)
+    assert not Path(f"/run/netns/{server.ns}").exists()
+    assert not Path(f"/sys/class/net/{server.uplink}").exists()
+    assert not list((server.run_dir / "pids").glob("*.pid"))
+    server.sshd = None  # clean_run ended it
+    server.start()  # the module's fixture stops it
 
 
 def test_nothing_is_left_when_the_server_stops(server):

@@ -15,7 +15,7 @@ def test_a_vxlan_end_is_made_with_its_mtu_mac_vni_and_both_addresses():
 
 
 def test_the_runs_ssh_config_uses_its_own_key_and_known_hosts_and_never_the_agent(tmp_path):
-    ssh = SshConfig(tmp_path / "cluster")
+    ssh = SshConfig(tmp_path)
     ssh.add(Server("srv2", "172.31.250.2"))
     text = ssh.path.read_text()
     assert "Host srv2 172.31.250.2" in text
