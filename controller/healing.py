@@ -15,7 +15,7 @@ from pathlib import Path
 from controller.advice import ADVISED, AdviceLoop
 from controller.links import Change, LinkMonitor, parse_probe, probe_device_config, probe_frame
 from controller.options import ControllerOptions
-from controller.portstatus import watch_ports
+from controller.portstatus import watch_ports, watch_remote_ports
 from controller.program import route_updates
 from controller.routing import Route, compute_routes
 from controller.sessions import Switches
@@ -97,9 +97,13 @@ class Healer:
                 await self.reroute(changes)
 
     async def _watch_carriers(self, monitor: LinkMonitor) -> None:
-        """Fabric ports' carrier (netlink): a lost one re-routes at once, before any probe is missed."""
-        ports = {iface: (name, int(port)) for name, info in self.switches.info.items()
-                 for port, iface in info.get("ports", {}).items()}
+        """Fabric ports' carrier: a lost one re-routes at once, before any probe is missed. Netlink for the
+        switches here; for a switch on another server (cluster mode: its `remote` in switches.json, the
+        command prefix that runs a command there), that server's `ip monitor`, one stream per server."""
+        where: dict[tuple[str, ...], dict[str, tuple[str, int]]] = {}
+        for name, info in self.switches.info.items():
+            for port, iface in info.get("ports", {}).items():
+                where.setdefault(tuple(info.get("remote", ())), {})[iface] = (name, int(port))
         loop = asyncio.get_running_loop()
 
         def changed(end: tuple[str, int], up: bool) -> None:
@@ -109,12 +113,19 @@ class Healer:
                 self._pending.add(task)
                 task.add_done_callback(self._pending.discard)
 
-        try:
-            await watch_ports(ports, changed, self.switches.stopping)
-        except OSError as exc:  # no netlink here: probes alone find failures
-            log.error("port status unavailable (%s): link failures are found by probes only", exc)
-        except Exception:  # noqa: BLE001 - logged in full; probes still find failures
-            log.exception("port status watch failed: link failures are found by probes only")
+        async def watch(remote: tuple[str, ...], ports: dict[str, tuple[str, int]]) -> None:
+            here = "here" if not remote else " ".join(remote)
+            try:
+                if remote:
+                    await watch_remote_ports(list(remote), ports, changed, self.switches.stopping)
+                else:
+                    await watch_ports(ports, changed, self.switches.stopping)
+            except OSError as exc:  # no netlink here, or the server's stream ended: probes alone find failures
+                log.error("port status unavailable (%s): link failures %s are found by probes only", exc, here)
+            except Exception:  # noqa: BLE001 - logged in full; probes still find failures
+                log.exception("port status watch failed (%s): link failures are found by probes only", here)
+
+        await asyncio.gather(*(watch(remote, ports) for remote, ports in where.items()))
 
     async def reroute(self, changes: list[Change]) -> None:
         """Routes for the links that are up, written as changes only; the advice re-planned for

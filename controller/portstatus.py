@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 
 from pyroute2 import AsyncIPRoute
@@ -46,3 +47,54 @@ async def watch_ports(ports: dict[str, Port], on_change: Callable[[Port, bool], 
                     state[iface] = up
                     log.info("port %s (%s:%d) carrier %s", iface, *ports[iface], "up" if up else "down")
                     on_change(ports[iface], up)
+
+
+LINK_LINE = re.compile(r"^(?P<deleted>Deleted )?\d+: (?P<name>[^:@\s]+)(@\S+)?: .* state (?P<state>\S+)")
+REMOTE_SCRIPT = "ip -o link show && exec ip -o monitor link"
+
+
+def parse_link_line(line: str) -> tuple[str, bool] | None:
+    """(interface, carrier up) from a line of `ip -o link show` or `ip -o monitor link` (a deleted
+    interface is down); None for any other line."""
+    m = LINK_LINE.match(line.strip())
+    if m is None:
+        return None
+    return m["name"], not m["deleted"] and carrier_up(m["state"])
+
+
+async def watch_remote_ports(remote: list[str], ports: dict[str, Port], on_change: Callable[[Port, bool], None],
+                             stopping: asyncio.Event) -> None:
+    """watch_ports for ports on another server (cluster mode): `remote` is the command prefix that runs
+    a shell command line there (ssh with the run's config, ending in `--`); `ip -o link show`, then
+    `ip -o monitor link`, streamed back — the port state a switch OS would stream from that server.
+    A port is up until the server says otherwise; OSError if the stream ends before `stopping`."""
+    state: dict[str, bool] = {}
+    proc = await asyncio.create_subprocess_exec(*remote, REMOTE_SCRIPT, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
+    assert proc.stdout is not None
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+        while True:
+            read = asyncio.ensure_future(proc.stdout.readline())
+            await asyncio.wait({read, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not read.done():
+                read.cancel()
+                return
+            line = read.result()
+            if not line:
+                err = (await proc.stderr.read()).decode(errors="replace").strip() if proc.stderr else ""
+                raise OSError(f"port status from {' '.join(remote)} ended: {err or f'exit {await proc.wait()}'}")
+            parsed = parse_link_line(line.decode(errors="replace"))
+            if parsed is None or parsed[0] not in ports:
+                continue
+            iface, up = parsed
+            before = state.get(iface, True)  # up until told otherwise, as the controller starts
+            state[iface] = up
+            if before != up:
+                log.info("port %s (%s:%d) carrier %s (remote)", iface, *ports[iface], "up" if up else "down")
+                on_change(ports[iface], up)
+    finally:
+        stop.cancel()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
