@@ -39,8 +39,9 @@ class Healer:
         self._lock = asyncio.Lock()
         self._pending: set[asyncio.Task] = set()  # re-routes started by port events
         self.timeline = (run_dir / runfiles.LINKS).open("a")
-        if self.timeline.tell() == 0:
+        if self.timeline.tell() == 0:  # the header on disk at once, alone: a reader never sees it with a row
             self.timeline.write(LINKS_HEADER)
+            self.timeline.flush()
 
     def routes(self) -> dict[str, list[Route]]:
         """Routes over the links that are up; a destination a switch could reach only over links

@@ -175,12 +175,17 @@ def _cut(tb: Testbed, flow: tuple[str, str], cut_end: str | None, ports: range, 
     cut = inject(tb, Fault("link_down", (leaf, spine)))
     at = cut.began
     link = "-".join(sorted((leaf, spine)))
-    if not wait_until(lambda: timeline_row(tb, link, "down", at) is not None, 3.0):
-        raise FailoverError(f"the controller never saw {link} down")
-    seen = when_seen() if when_seen is not None else None
-    job.join(120)
-    if job.is_alive():
-        raise FailoverError("the all-reduce did not finish within 120 s of the cut")
+    try:
+        if not wait_until(lambda: timeline_row(tb, link, "down", at) is not None, 3.0):
+            raise FailoverError(f"the controller never saw {link} down")
+        seen = when_seen() if when_seen is not None else None
+        job.join(120)
+        if job.is_alive():
+            raise FailoverError("the all-reduce did not finish within 120 s of the cut")
+    except BaseException:
+        if restore:  # the link back before the error goes up: a fabric left cut fails whatever runs next on it
+            inject(tb, Fault("link_up", (leaf, spine)))
+        raise
     restored = None
     if restore:
         restored = back = inject(tb, Fault("link_up", (leaf, spine))).began
