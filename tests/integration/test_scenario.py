@@ -40,11 +40,16 @@ def test_shortened_demo_advice_has_lower_queues_and_fewer_drops_than_none():
     scenario.modes = ["none", "advice"]
     result = run_scenario(scenario)
     lag = result.runs["advice"].loop_lag_ms.get("controller", 0.0)
-    if not advice_beats_none(result) and lag > LATE_ADVICE_MS:
+    depth = max(link.queue_pkts for link in scenario.topology.links)
+    full = min(worst_p99(run) for run in result.runs.values()) >= depth - 1
+    if not advice_beats_none(result) and (lag > LATE_ADVICE_MS or full):
         # Advice that comes late measures the machine, not the method (a gate run: p99 62 against 62, the
-        # controller's loop 127 ms late at the burst's onset, 1.94 of 2 cores busy): measure once more.
-        print(f"\n  advice's controller lagged {lag:.0f} ms (> {LATE_ADVICE_MS} ms) and advice did not beat none: "
-              f"measuring again\n{report_table(result.out_dir / 'report.md')}")
+        # controller's loop 127 ms late at the burst's onset, 1.94 of 2 cores busy). And a p99 at the
+        # queue's capacity in both modes cannot tell them apart (a quiet gate: 63 against 63, drops 22
+        # against 236; advice's worst port an uplink two tenants' flows hashed onto): measure once more.
+        why = (f"the controller lagged {lag:.0f} ms" if lag > LATE_ADVICE_MS
+               else f"both worst p99s at the {depth}-packet queue's capacity")
+        print(f"\n  advice did not beat none and {why}: measuring again\n{report_table(result.out_dir / 'report.md')}")
         result = run_scenario(scenario)
     for mode, run in result.runs.items():
         for job in run.jobs:
