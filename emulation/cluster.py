@@ -32,6 +32,7 @@ from typing import Any
 from mininet.examples.cluster import RemoteLink, RemoteMixin
 from mininet.link import Link
 
+from emulation.nodes import run_checked
 from emulation.rundir import (
     PROJECT_ROOT,
     START_TIME,
@@ -92,14 +93,16 @@ class SshConfig:
                       f"  IdentityFile {self.key}", "  IdentitiesOnly yes",
                       f"  UserKnownHostsFile {self.dir / 'known_hosts'}", "  StrictHostKeyChecking accept-new",
                       "  BatchMode yes", "  ForwardAgent no", "  ControlMaster auto",
-                      f"  ControlPath {control_dir()}/%C", "  ControlPersist 60", "  ConnectTimeout 5", ""]
+                      f"  ControlPath {CONTROL_DIR}/%C", "  ControlPersist 60", "  ConnectTimeout 5", ""]
         self.path.write_text("\n".join(lines))
 
     def ssh(self, server: str, argv: list[str]) -> list[str]:
-        """argv run on `server` by ssh (as one shell-quoted command line: ssh joins its arguments)."""
+        """argv run on `server` by ssh (as one shell-quoted command line: ssh joins its arguments); whoever
+        runs it calls control_dir() first."""
         return remote_command(self.run_dir, server, argv)
 
     def run(self, server: str, argv: list[str], timeout_s: float = 30.0) -> str:
+        control_dir()
         return run(self.ssh(server, argv), timeout_s)
 
     def close(self, server: str) -> None:
@@ -107,20 +110,17 @@ class SshConfig:
         subprocess.run(["ssh", "-F", str(self.path), "-O", "exit", server], capture_output=True, timeout=10)
 
 
+CONTROL_DIR = Path("/run/starnet/ssh")  # the shared connections' sockets (ControlPath), machine-wide
+
+
 def control_dir() -> Path:
-    path = Path("/run/starnet/ssh")
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
+    """CONTROL_DIR, made when a connection is about to be opened (writing a config makes nothing)."""
+    CONTROL_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return CONTROL_DIR
 
 
 def run(argv: list[str], timeout_s: float = 30.0) -> str:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise ClusterError(f"{shlex.join(argv)}: no answer in {timeout_s:g} s") from None
-    if done.returncode:
-        raise ClusterError(f"{shlex.join(argv)}: {done.stderr.strip() or f'exit {done.returncode}'}")
-    return done.stdout
+    return run_checked(argv, error=ClusterError, timeout_s=timeout_s)
 
 
 class ClusterNodeMixin(RemoteMixin):
@@ -130,6 +130,7 @@ class ClusterNodeMixin(RemoteMixin):
     def __init__(self, name: str, *, ssh_config: Path | None = None, **kwargs: Any) -> None:
         if ssh_config is not None:
             self.sshbase = [*RemoteMixin.sshbase, "-F", str(ssh_config)]
+            control_dir()
         super().__init__(name, **kwargs)
 
 
@@ -358,6 +359,7 @@ class ServerSpawner:
         stamp = f"echo $$ $({START_TIME.format(pid='$$')})"
         script = (f"cd {shlex.quote(str(PROJECT_ROOT))} && {mkdir}{stamp} && exec {shlex.join(argv)} >> {out} 2>&1 "
                   "< /dev/null")
+        control_dir()
         proc = subprocess.Popen(self.ssh.ssh(self.server, ["sh", "-c", script]), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         words = _read_line(proc, timeout_s).split()

@@ -4,6 +4,7 @@ NVLink stand-in that joins a multi-GPU server's GPUs."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -37,10 +38,16 @@ class NodeSetupError(RuntimeError):
     """A command that sets up a node's interfaces failed (the message has the command and its error)."""
 
 
-def run_checked(cmd: list[str]) -> None:
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+def run_checked(cmd: list[str], *, error: type[Exception] = NodeSetupError, timeout_s: float | None = None) -> str:
+    """cmd's standard output; `error` naming the command and its stderr (or exit status) if it failed
+    or gave no answer in timeout_s."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise error(f"{shlex.join(cmd)}: no answer in {timeout_s:g} s") from None
     if done.returncode:
-        raise NodeSetupError(f"{' '.join(cmd)}: {done.stderr.strip() or f'exit {done.returncode}'}")
+        raise error(f"{shlex.join(cmd)}: {done.stderr.strip() or f'exit {done.returncode}'}")
+    return done.stdout
 
 
 def tbf_args(rate_mbps: float) -> str:
