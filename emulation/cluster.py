@@ -41,6 +41,7 @@ from emulation.rundir import (
     record_interfaces,
     record_netns,
     remote_command,
+    remote_prefix,
 )
 from emulation.spawn import Spawner
 from emulation.waiting import wait_until
@@ -387,6 +388,11 @@ class ServerSpawner:
             status = proc.wait()
         (self.records / f"{label}.pid").unlink(missing_ok=True)
         return status
+
+    def command_prefix(self, shared: bool = True) -> list[str]:
+        if shared:
+            control_dir()
+        return remote_prefix(self.run_dir, self.server, shared)
 
 
 def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:

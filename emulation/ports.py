@@ -1,4 +1,5 @@
-"""Per-run TCP port allocation on 127.0.0.1 (no fixed 50051/9090, no class-global counters)."""
+"""Per-run TCP port allocation on 127.0.0.1 (no fixed 50051/9090, no class-global counters), and whether a
+server answers at an address."""
 
 from __future__ import annotations
 
@@ -26,3 +27,17 @@ def port_answers(port: int, host: str = "127.0.0.1", timeout_s: float = 0.2) -> 
             return True
     except OSError:
         return False
+
+
+def address_answers(address: str, timeout_s: float = 0.2) -> bool:
+    """A server accepts connections at a gRPC target: 'HOST:PORT' or 'unix:PATH'."""
+    if address.startswith("unix:"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout_s)
+            try:
+                s.connect(address.removeprefix("unix:"))
+                return True
+            except OSError:
+                return False
+    host, _, port = address.rpartition(":")
+    return port_answers(int(port), host.strip("[]"), timeout_s)

@@ -121,10 +121,18 @@ def end_namespace_processes(netns: str, grace_s: float = 1.0) -> list[int]:
 START_TIME = "awk '{{sub(/.*\\) /, \"\"); print $20}}' /proc/{pid}/stat"  # field 22: the 20th after "(comm) "
 
 
+def remote_prefix(run_dir: Path, server: str, shared: bool = True) -> list[str]:
+    """The argv prefix that runs one shell command line on a server of the run's cluster by ssh, with
+    the run's ssh_config (emulation/cluster.py writes it). shared: over the server's one shared
+    connection (a command costs a round trip); False, a connection of its own — for a stream that
+    lives as long as the run (the shared connection's master would hold its pipes open after it ends)."""
+    return ["ssh", "-F", str(run_dir / runfiles.SSH_CONFIG), *([] if shared else ["-S", "none"]), server, "--"]
+
+
 def remote_command(run_dir: Path, server: str, argv: list[str]) -> list[str]:
-    """argv run on a server of the run's cluster by ssh, with the run's ssh_config (emulation/cluster.py
-    writes it); one shell-quoted command line, as ssh joins its words for the far shell."""
-    return ["ssh", "-F", str(run_dir / runfiles.SSH_CONFIG), server, "--", shlex.join(argv)]
+    """argv run on a server of the run's cluster by ssh (remote_prefix); one shell-quoted command line,
+    as ssh joins its words for the far shell."""
+    return [*remote_prefix(run_dir, server), shlex.join(argv)]
 
 
 def end_remote_process(run_dir: Path, server: str, pid: int, start: str, grace_s: float = 2.0) -> bool:

@@ -39,6 +39,11 @@ class Spawner(Protocol):
         """End a process start() started, reap it and drop its record; its exit status."""
         ...
 
+    def command_prefix(self, shared: bool = True) -> list[str]:
+        """The argv prefix that runs one shell command line in the root namespace where start() starts
+        processes: [] for this machine's; ssh for another server's (emulation/rundir.remote_prefix)."""
+        ...
+
 
 class LocalSpawner:
     """Processes on this machine; a host's are attached to its namespaces with Mininet's mnexec."""
@@ -69,3 +74,6 @@ class LocalSpawner:
         status = stop_process(proc, grace_s)
         forget_pid(self.run_dir, label)
         return status
+
+    def command_prefix(self, shared: bool = True) -> list[str]:
+        return []

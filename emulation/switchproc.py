@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from emulation.ports import port_answers
+from emulation.ports import address_answers
 from emulation.rundir import PROJECT_ROOT
 from emulation.spawn import LocalSpawner, Spawner
 from wire import faultsfile, runfiles
@@ -73,7 +73,8 @@ def compile_p4() -> tuple[Path, Path]:
 
 
 class SwitchProcess:
-    """One switch process serving P4Runtime on 127.0.0.1:grpc_port.
+    """One switch process serving P4Runtime on serve_on:grpc_port (127.0.0.1 unless it runs on another
+    server of a cluster), reached by the controller at grpc_address.
 
     ports: [(P4 port, interface)]; shapes: {port: (rate_mbps, depth_pkts)} for the egress queues
     (rate 0 = line rate); label: name in the run directory's pid records and logs.
@@ -84,12 +85,20 @@ class SwitchProcess:
     def __init__(self, name: str, device_id: int, grpc_port: int, run_dir: Path,
                  ports: list[tuple[int, str]], shapes: dict[int, tuple[float, int]], seed: int | None = None,
                  fidelity_tolerance_ms: float | None = None, fidelity: bool = True,
-                 realtime_priority: int = 0, spawner: Spawner | None = None) -> None:
+                 realtime_priority: int = 0, spawner: Spawner | None = None, serve_on: str = "127.0.0.1",
+                 dial: str | None = None) -> None:
         """seed: the switch's RNG seed (default: derived from the device id, so runs repeat);
         fidelity_tolerance_ms: the soft switch's late-event threshold (default wire/fidelity.py's);
         fidelity: False runs the soft switch without its monitor (bench: the monitor's cost);
         realtime_priority: SCHED_FIFO priority of its threads once ready (0: normal scheduling);
-        spawner: starts and stops the process (default: on this machine)."""
+        spawner: starts and stops the process (default: on this machine);
+        serve_on: the address it serves P4Runtime on — 127.0.0.1, or on another server a Unix socket
+        'unix:PATH' there that the controller reaches through SSH (emulation/cluster.SocketForward);
+        never a wildcard: nobody else may program the fabric;
+        dial: where this machine reaches it, if not at serve_on:grpc_port (a forwarded Unix socket
+        'unix:PATH')."""
+        if serve_on in ("0.0.0.0", "::", ""):
+            raise ValueError(f"switch {name}: P4Runtime served on {serve_on!r}, a wildcard; give one address")
         self.fidelity = fidelity
         self.realtime_priority = realtime_priority
         self.scheduling = "other"  # what it got: "fifo 20", or why not (describe(), switches.json)
@@ -100,6 +109,7 @@ class SwitchProcess:
         self.grpc_port = grpc_port
         self.run_dir = Path(run_dir)
         self.spawner = spawner or LocalSpawner(self.run_dir)
+        self.serve_on, self.dial = serve_on, dial
         self.ports = sorted(ports)
         self.shapes = shapes
         self.proc: subprocess.Popen | None = None
@@ -107,8 +117,20 @@ class SwitchProcess:
         self.log_path = self.run_dir / runfiles.switch_log(name)
 
     @property
+    def serve_address(self) -> str:
+        """The gRPC target the process serves on: serve_on:grpc_port, or serve_on itself if a Unix socket."""
+        return self.serve_on if self.serve_on.startswith("unix:") else f"{self.serve_on}:{self.grpc_port}"
+
+    @property
     def grpc_address(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+        """Where the controller and tools here reach its P4Runtime server."""
+        return self.dial or self.serve_address
+
+    @property
+    def remote(self) -> list[str]:
+        """The command prefix that runs a shell command line in its server's root namespace, on a
+        connection of its own (the controller's port-status stream; []: this machine)."""
+        return self.spawner.command_prefix(shared=False)
 
     @property
     def running(self) -> bool:
@@ -128,7 +150,7 @@ class SwitchProcess:
             if self.proc.poll() is not None:
                 raise SwitchStartError(f"switch {self.name} did not start (exit {self.proc.returncode}):\n"
                                        f"{log_tail(self.log_path)}")
-            if port_answers(self.grpc_port) and self._capabilities():
+            if address_answers(self.grpc_address) and self._capabilities():
                 self.after_ready()
                 self._promote()
                 return
@@ -153,6 +175,9 @@ class SwitchProcess:
         assert self.proc is not None
         if not self.realtime_priority:
             return
+        if self.remote:  # the PID here is the ssh session's, not the switch's
+            self.scheduling = "other (on another server)"
+            return
         try:
             promote(self.proc.pid, self.realtime_priority)
             self.scheduling = f"fifo {self.realtime_priority}"
@@ -170,8 +195,11 @@ class SwitchProcess:
 
     def describe(self) -> dict:
         """What the controller needs to program this switch (written to switches.json)."""
-        return {"grpc": self.grpc_address, "device_id": self.device_id, "kind": self.kind,
+        info = {"grpc": self.grpc_address, "device_id": self.device_id, "kind": self.kind,
                 "ports": {str(port): intf for port, intf in self.ports}, "scheduling": self.scheduling}
+        if self.remote:
+            info["remote"] = self.remote
+        return info
 
 
 class SoftSwitchProcess(SwitchProcess):
@@ -191,7 +219,7 @@ class SoftSwitchProcess(SwitchProcess):
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "softswitch", "--device-id", str(self.device_id), "--name", self.name,
-               "--grpc-server-addr", self.grpc_address, "--cpu-port", str(CPU_PORT),
+               "--grpc-server-addr", self.serve_address, "--cpu-port", str(CPU_PORT),
                "--stats-file", str(self.stats_path), "--seed", str(self.seed), "--faults-file", str(self.faults_path)]
         cmd += ["--fidelity-file", str(self.run_dir / FIDELITY_CSV)] if self.fidelity else ["--no-fidelity"]
         if self.fidelity_tolerance_ms is not None:
@@ -234,7 +262,7 @@ class Bmv2SwitchProcess(SwitchProcess):
                     self.log_level, "--log-flush"]
         if self.pcap_dir:
             cmd += ["--pcap", str(self.pcap_dir)]
-        cmd += ["--", "--grpc-server-addr", self.grpc_address, "--cpu-port", str(CPU_PORT)]
+        cmd += ["--", "--grpc-server-addr", self.serve_address, "--cpu-port", str(CPU_PORT)]
         return cmd
 
     def queue_commands(self, rates: dict[int, float] | None = None) -> list[str]:

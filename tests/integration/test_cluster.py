@@ -8,10 +8,8 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-import grpc
 import pytest
 from mininet.net import Mininet
 from mininet.node import Host
@@ -27,8 +25,8 @@ from emulation.cluster import (
 )
 from emulation.rundir import clean_run, new_run_dir
 from emulation.spawn import LocalSpawner
+from emulation.switchproc import SoftSwitchProcess
 from emulation.waiting import wait_until
-from wire.proto import p4r, p4r_grpc
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
@@ -104,25 +102,31 @@ def test_a_switch_on_the_server_answers_p4runtime_through_an_ssh_forwarded_socke
     spawner = ServerSpawner(server.run_dir, server.ssh, server.name)
     there = Path(f"/run/starnet/{server.ns}-{os.getpid()}/s9.sock")  # the server's file system (here: ours)
     server.ssh.run(server.name, ["mkdir", "-p", str(there.parent)])
-    proc = spawner.start("switch-s9", [sys.executable, "-m", "softswitch", "--device-id", "9", "--name", "s9",
-                                       "--grpc-server-addr", f"unix:{there}", "--no-fidelity"],
-                         log=server.run_dir / "switches" / "s9.log")
-    pid, _ = spawner.remote["switch-s9"]
     forward = SocketForward(LocalSpawner(server.run_dir), server.ssh, server.name, server.run_dir / "p4rt-s9.sock",
                             there, "forward-s9")
+    switch = SoftSwitchProcess("s9", 9, 0, server.run_dir, [], {}, fidelity=False, realtime_priority=20,
+                               spawner=spawner, serve_on=f"unix:{there}", dial=forward.address)
+    assert switch.command()[switch.command().index("--grpc-server-addr") + 1] == f"unix:{there}"
+    switch.launch()
+    pid, _ = spawner.remote["switch-s9"]
     try:
         assert netns_of(pid) == f"net:[{Path(f'/run/netns/{server.ns}').stat().st_ino}]"
         assert (server.run_dir / "remote-pids" / server.name / "switch-s9.pid").read_text().split()[0] == str(pid)
-        assert wait_until(there.exists, 15.0), (server.run_dir / "switches" / "s9.log").read_text()
+        assert wait_until(there.exists, 15.0), switch.log_path.read_text()
         forward.start()
-        with grpc.insecure_channel(forward.address) as channel:
-            reply = p4r_grpc.P4RuntimeStub(channel).Capabilities(p4r.CapabilitiesRequest(), timeout=10)
-        assert reply.p4runtime_api_version.startswith("1.")
+        switch.wait_ready()  # Capabilities answered through the forward
+        info = switch.describe()
+        assert info["grpc"] == forward.address and info["scheduling"] == "other (on another server)"
+        assert info["remote"] == ["ssh", "-F", str(server.ssh.path), "-S", "none", server.name, "--"]
+        # the prefix the controller's port-status stream uses runs a command line on the server
+        done = subprocess.run([*info["remote"], "readlink /proc/self/ns/net"], capture_output=True, text=True,
+                              timeout=30)
+        assert done.stdout.strip() == f"net:[{Path(f'/run/netns/{server.ns}').stat().st_ino}]", done.stderr
     finally:
         forward.stop()
-        status = spawner.stop("switch-s9", proc)
+        switch.stop()
         shutil.rmtree(there.parent, ignore_errors=True)
-    assert status == 0  # it ended on SIGTERM, cleanly
+    assert switch.proc is not None and switch.proc.returncode == 0  # it ended on SIGTERM, cleanly
     assert not Path(f"/proc/{pid}").exists()
     assert not list((server.run_dir / "remote-pids" / server.name).glob("*.pid"))
     assert not (server.run_dir / "p4rt-s9.sock").exists()
