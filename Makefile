@@ -69,7 +69,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 run: deps
-	$(PY) -m testbed run --topo $(TOPO) --dataplane $(DATAPLANE) --mode $(MODE) $(if $(LINK_MBPS),--link-mbps $(LINK_MBPS))
+	$(PY) -m testbed run --topo $(TOPO) --dataplane $(DATAPLANE) --mode $(MODE) $(if $(LINK_MBPS),--link-mbps $(LINK_MBPS)) $(if $(SERVERS),--servers $(SERVERS))
 
 test: deps lint
 	$(PY) -m pytest tests

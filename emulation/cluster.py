@@ -15,6 +15,11 @@ and a second server on this machine for tests — on Mininet's own cluster engin
   root namespace by a veth, with its own sshd bound to its address there — so the cluster code runs
   exactly as across two machines (the same SSH, the same tunnels), in `make test`. Everything it
   makes is recorded in the run directory (the namespace, the veth, sshd's PID): `make clean` ends it.
+- `Cluster`: the testbed's fabric over servers (emulation/net.py, `servers=`): where each node runs
+  (emulation/placement.py), the Mininet node classes for it (`CLUSTER_NODES`: a node on another server
+  runs its shell there; a switch there prepares its ports there, serves P4Runtime on a Unix socket there,
+  reached here through `SocketForward`), and `ClusterSpawner`, which starts a host's processes on the
+  host's server.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from typing import Any
 from mininet.examples.cluster import RemoteLink, RemoteMixin
 from mininet.link import Link
 
-from emulation.nodes import run_checked
+from emulation.nodes import SWITCH_MTU, BMv2Switch, NodeClasses, SoftP4Switch, StarHost, run_checked
+from emulation.placement import place
 from emulation.rundir import (
     PROJECT_ROOT,
     START_TIME,
@@ -45,6 +51,7 @@ from emulation.rundir import (
 )
 from emulation.spawn import Spawner
 from emulation.waiting import wait_until
+from topologies.spec import Topology
 from wire import runfiles
 
 VXLAN_PORT = 4789  # IANA's
@@ -214,8 +221,9 @@ def node_cmd(node: Any, argv: list[str], timeout_s: float = 30.0) -> str:
 
 def tunnel_addresses(node: Any, far: Any) -> tuple[str, str]:
     """(this end's address, the far end's) on the experiment network: this machine ('localhost') has
-    no serverIP of use; its address is the source of its route to the far server."""
-    remote = far.serverIP if far.server != "localhost" else route_source(node, node.serverIP)
+    no serverIP of use; its address is the source of its route to the far server (asked here: asked on
+    the far server, the route to its own address is its loopback's, and both ends were its own)."""
+    remote = far.serverIP if far.server != "localhost" else route_source(far, node.serverIP)
     local = node.serverIP if node.server != "localhost" else route_source(node, remote)
     return local, remote
 
@@ -295,7 +303,10 @@ class NamespaceServer:
             f"ListenAddress {self.address}", f"HostKey {host_key}", f"AuthorizedKeysFile {authorized}",
             "PermitRootLogin prohibit-password", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
             "UsePAM no", "StrictModes no", "AllowTcpForwarding local", "StreamLocalBindUnlink yes",
-            "X11Forwarding no", "PermitTunnel no", f"PidFile {d / 'sshd.pid'}", ""]))
+            "X11Forwarding no", "PermitTunnel no", f"PidFile {d / 'sshd.pid'}",
+            # every node's shell on this server is a session of the one shared connection (OpenSSH's
+            # default of 10 refused a fabric's 11th node)
+            "MaxSessions 256", ""]))
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
         self.sshd = sshd = self.spawner.start(f"sshd-{self.name}", ["ip", "netns", "exec", self.ns, SSHD, "-D", "-e",
                                                                     "-f", str(config)], log=d / "sshd.log")
@@ -437,3 +448,153 @@ class SocketForward:
             self.spawner.stop(self.label, self.proc, grace_s=2.0)
             self.proc = None
         self.here.unlink(missing_ok=True)
+
+
+class ClusterSwitchMixin(ClusterNodeMixin):
+    """A P4 switch node on a server: its ports are prepared through its shell there (not here)."""
+
+    def prepare_intf(self, name: str) -> None:
+        if not self.isRemote:
+            super().prepare_intf(name)
+            return
+        q = shlex.quote(name)
+        out = self.cmd(f"ethtool -K {q} tx off tso off gso off gro off >/dev/null 2>&1; "
+                       f"echo 1 2>/dev/null > /proc/sys/net/ipv6/conf/{q}/disable_ipv6; "
+                       f"ip link set {q} mtu {SWITCH_MTU} 2>&1 && echo ok")
+        if not out.strip().endswith("ok"):
+            raise ClusterError(f"{self.server}: port {name} of {self.name}: {out.strip()}")
+
+
+class ClusterStarHost(ClusterNodeMixin, StarHost):
+    pass
+
+
+class ClusterSoftSwitch(ClusterSwitchMixin, SoftP4Switch):
+    pass
+
+
+class ClusterBmv2Switch(ClusterSwitchMixin, BMv2Switch):
+    pass
+
+
+CLUSTER_NODES = NodeClasses(soft_switch=ClusterSoftSwitch, bmv2_switch=ClusterBmv2Switch, host=ClusterStarHost,
+                            link=VxlanLink)
+
+
+class ClusterSpawner:
+    """The Spawner interface over a cluster: a process in a host starts on that host's server (its
+    ServerSpawner), everything else here (`local`)."""
+
+    def __init__(self, local: Spawner, servers: dict[str, ServerSpawner], server_of: dict[str, str]) -> None:
+        self.local, self.servers, self.server_of = local, servers, server_of
+        self._started_by: dict[str, Spawner] = {}  # label → the spawner that started it
+
+    def _spawner(self, host: str | None) -> Spawner:
+        server = self.server_of.get(host, "") if host is not None else ""
+        return self.servers.get(server, self.local)
+
+    def add_hosts(self, pids: Any) -> None:
+        for name, pid in dict(pids).items():
+            self._spawner(name).add_hosts({name: pid})
+
+    def start(self, label: str, argv: list[str], log: Path | None = None, host: str | None = None,
+              new_session: bool = False) -> subprocess.Popen:
+        spawner = self._spawner(host)
+        proc = spawner.start(label, argv, log, host=host, new_session=new_session)
+        self._started_by[label] = spawner
+        return proc
+
+    def stop(self, label: str, proc: subprocess.Popen, grace_s: float = 5.0) -> int:
+        return self._started_by.pop(label, self.local).stop(label, proc, grace_s)
+
+    def command_prefix(self, shared: bool = True) -> list[str]:
+        return self.local.command_prefix(shared)
+
+
+class Cluster:
+    """A fabric over servers, for the testbed (emulation/net.py, `cluster=`): which server each node is on
+    (`server_of`: a node absent, or on 'localhost', is on this machine), the SSH config and spawner
+    per server, the Mininet parameters of each node, and the forwarded P4Runtime sockets of the
+    switches elsewhere. `on_namespace_server` makes its second server on this machine (tests, `make run
+    SERVERS=ns`); start() brings servers up, stop() takes down what start() and the fabric made."""
+
+    def __init__(self, run_dir: Path, local: Spawner, ssh: SshConfig, server_of: dict[str, str],
+                 namespace_servers: list[NamespaceServer] | None = None) -> None:
+        self.run_dir, self.local, self.ssh, self.server_of = run_dir, local, ssh, server_of
+        self.namespace_servers = list(namespace_servers or [])
+        self.spawners: dict[str, ServerSpawner] = {}
+        self.forwards: dict[str, SocketForward] = {}
+        self.sockets = Path(f"/run/starnet/cluster-{run_dir.name}")  # switches' P4Runtime sockets, on their server
+        self.spawner = ClusterSpawner(local, self.spawners, server_of)
+
+    @classmethod
+    def on_namespace_server(cls, run_dir: Path, local: Spawner, topo: Topology, name: str = "srv2") -> Cluster:
+        """This machine and one namespace server, the fabric's switch groups (a leaf and its hosts) spread
+        over both by emulation/placement.py's CPU model."""
+        if topo.servers:
+            raise ClusterError(f"{topo.name}: multi-GPU servers (NVLink bridges) are not placed across machines "
+                               "yet; use a single-NIC topology in cluster mode")
+        ssh = SshConfig(run_dir)
+        placement = place(topo, ["localhost", name], [(a.name, b.name) for a in topo.hosts for b in topo.hosts
+                                                       if a.name != b.name])
+        return cls(run_dir, local, ssh, dict(placement.machine_of), [NamespaceServer(run_dir, local, ssh, name)])
+
+    @property
+    def servers(self) -> list[str]:
+        return sorted({s for s in self.server_of.values() if s != "localhost"})
+
+    def is_local(self, node: str) -> bool:
+        return self.server_of.get(node, "localhost") == "localhost"
+
+    def start(self) -> None:
+        for ns in self.namespace_servers:
+            ns.start()
+        for server in self.servers:
+            if server not in self.ssh.servers:
+                raise ClusterError(f"no address for server {server!r}")
+            self.spawners[server] = ServerSpawner(self.run_dir, self.ssh, server)
+            self.ssh.run(server, ["mkdir", "-p", str(self.sockets)])
+
+    def node_params(self, node: str) -> dict[str, Any]:
+        """Mininet parameters of `node` (ClusterNodeMixin's): its server, that server's address, the run's
+        ssh_config."""
+        if self.is_local(node):
+            return {"server": "localhost"}
+        server = self.ssh.servers[self.server_of[node]]
+        return {"server": server.name, "serverIP": server.address, "user": server.user, "ssh_config": self.ssh.path}
+
+    def switch_params(self, switch: str) -> tuple[Spawner, dict[str, Any]]:
+        """(the spawner of `switch`'s process, its process arguments): on another server, P4Runtime on a
+        Unix socket there, reached here through an SSH-forwarded socket."""
+        if self.is_local(switch):
+            return self.spawner, {}
+        here = self.run_dir / f"p4rt-{switch}.sock"
+        return self.spawners[self.server_of[switch]], {"serve_on": f"unix:{self.sockets / f'{switch}.sock'}",
+                                                       "dial": f"unix:{here}"}
+
+    def start_forwards(self, switches: list[str]) -> None:
+        """The forwarded P4Runtime socket of every switch elsewhere (ssh -L: a connection made before
+        the switch serves fails alone, and its readiness check tries again)."""
+        for switch in switches:
+            if self.is_local(switch) or switch in self.forwards:
+                continue
+            server = self.server_of[switch]
+            forward = SocketForward(self.local, self.ssh, server, self.run_dir / f"p4rt-{switch}.sock",
+                                    self.sockets / f"{switch}.sock", f"forward-{switch}")
+            forward.start()
+            self.forwards[switch] = forward
+
+    def stop(self) -> None:
+        for forward in self.forwards.values():
+            forward.stop()
+        self.forwards.clear()
+        for server in self.servers:
+            if server in self.spawners:
+                try:
+                    self.ssh.run(server, ["rm", "-rf", str(self.sockets)], timeout_s=10.0)
+                except ClusterError:
+                    pass
+        for ns in self.namespace_servers:
+            ns.stop()
+        for server in self.servers:
+            self.ssh.close(server)

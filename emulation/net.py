@@ -23,7 +23,9 @@ from pyroute2 import IPRoute
 
 from emulation import cpuuse
 from emulation import fidelity as fid
+from emulation.cluster import CLUSTER_NODES, Cluster, ClusterError
 from emulation.nodes import (
+    SWITCH_MTU,
     NodeClasses,
     NodeSetupError,
     NvLinkBridge,
@@ -123,7 +125,7 @@ class Testbed:
                  name: str | None = None, bmv2_options: dict | None = None, int_sample_log2: int = 3,
                  mode: str = "none", agents: bool = True, controller_args: list[str] | None = None,
                  fidelity_tolerance_ms: float | None = None, realtime_priority: int = DEFAULT_PRIORITY,
-                 nodes: NodeClasses | None = None, spawner: Spawner | None = None) -> None:
+                 nodes: NodeClasses | None = None, spawner: Spawner | None = None, servers: str | None = None) -> None:
         """bmv2_options: log_level (None = logging off), pcap_dir (opt-in pcaps) for BMv2 switches;
         int_sample_log2: INT on 1 in 2^N packets of each host flow (-1 = INT off);
         mode: none | ecn | advice | bbr; agents: start a host agent (pacer) on every host;
@@ -132,7 +134,9 @@ class Testbed:
         realtime_priority: SCHED_FIFO priority of the switches, the controller and the host agents
         one below (0: normal scheduling; _provision_realtime says why);
         nodes: the Mininet node and link classes (default: emulation/nodes.py's);
-        spawner: starts and stops the testbed's processes (default: on this machine, emulation/spawn.py)."""
+        spawner: starts and stops the testbed's processes (default: on this machine, emulation/spawn.py);
+        servers: cluster mode (emulation/cluster.py) — "ns": the fabric split between this machine and a
+        second server made on it (a network namespace with its own sshd)."""
         self.fidelity_tolerance_ms = fidelity_tolerance_ms
         self.realtime_priority = realtime_priority
         self.started_at = 0.0
@@ -151,6 +155,15 @@ class Testbed:
         self.run_dir = run_dir or new_run_dir(name or topo.name)
         self.nodes = nodes or NodeClasses()
         self.spawner = spawner or LocalSpawner(self.run_dir)
+        self.cluster: Cluster | None = None
+        if servers is not None:
+            if servers != "ns":
+                raise TestbedError(f"--servers {servers}: only 'ns' (a second server on this machine) so far")
+            try:
+                self.cluster = Cluster.on_namespace_server(self.run_dir, self.spawner, topo)
+            except ClusterError as exc:
+                raise TestbedError(str(exc)) from None
+            self.nodes, self.spawner = CLUSTER_NODES, self.cluster.spawner
         self.net: Mininet | None = None
         self.controller: subprocess.Popen | None = None
         self.switches: dict[str, P4Switch] = {}
@@ -190,6 +203,9 @@ class Testbed:
         if self.dataplane == "bmv2":
             info("*** Compiling p4src/starnet.p4 for BMv2\n")
             compile_p4()
+        if self.cluster is not None:
+            info(f"*** Starting servers {', '.join(self.cluster.servers)}\n")
+            self.cluster.start()
         net = self._build_network()
         self.spawner.add_hosts({host.name: host.pid for host in net.hosts})
         for host in net.hosts:
@@ -202,6 +218,8 @@ class Testbed:
         info(f"*** Starting {len(self.switches)} {self.dataplane} switches\n")
         for sw in self.switches.values():
             sw.launch()
+        if self.cluster is not None:
+            self.cluster.start_forwards(list(self.switches))
         for sw in self.switches.values():
             sw.wait_ready()
         (self.run_dir / runfiles.SWITCHES).write_text(json.dumps({
@@ -232,6 +250,10 @@ class Testbed:
             params = dict(device_id=self.plan.switches[sw.name].device_id, grpc_port=ports[i],
                           run_dir=self.run_dir, shapes=shapes, spawner=self.spawner)
             process_args: dict[str, Any] = {"realtime_priority": self.realtime_priority}
+            if self.cluster is not None:
+                params["spawner"], where = self.cluster.switch_params(sw.name)
+                process_args.update(where)
+                params.update(self.cluster.node_params(sw.name))
             if self.dataplane == "bmv2":
                 process_args.update(thrift_port=ports[n + i], **self.bmv2_options)
             else:
@@ -240,7 +262,8 @@ class Testbed:
             self.switches[sw.name] = net.addSwitch(sw.name, cls=switch_cls, **params)
         for host in self.topo.hosts:
             address = self.plan.hosts[host.name]
-            net.addHost(host.name, ip=f"{address.ip}/32", mac=address.mac)
+            net.addHost(host.name, ip=f"{address.ip}/32", mac=address.mac,
+                        **(self.cluster.node_params(host.name) if self.cluster is not None else {}))
         self._claim_interfaces()
         for link in self.topo.links:
             kwargs: dict[str, int | str] = {}
@@ -250,6 +273,8 @@ class Testbed:
             # MACs of switch ports follow the address plan so next-hop rewrites match the wire.
             for end, node, port in (("1", link.a, link.a_port), ("2", link.b, link.b_port)):
                 kwargs[f"addr{end}"] = self.plan.mac_of(node, None if self.topo.is_host(node) else port)
+            if self.cluster is not None:
+                kwargs["mtu"] = SWITCH_MTU  # a tunnel's: refused if the servers' network cannot carry it
             net.addLink(link.a, link.b, **kwargs)
         for server in self.topo.servers:  # NVLink: a bridge per server, a port per GPU (after its eth0)
             rates = {nvlink_intf(self.topo, gpu)[1]: self.topo.nvlink_mbps(gpu) for gpu in server.gpus}
@@ -265,7 +290,8 @@ class Testbed:
         """Record the interfaces this fabric makes in the root namespace (switch ports, NVLink bridges and
         their ports) before any exists, after checking that none does: a clear error, not 'File exists'."""
         intfs = [intf_name(self.topo, node, port) for link in self.topo.links
-                 for node, port in ((link.a, link.a_port), (link.b, link.b_port)) if self.topo.is_switch(node)]
+                 for node, port in ((link.a, link.a_port), (link.b, link.b_port))
+                 if self.topo.is_switch(node) and (self.cluster is None or self.cluster.is_local(node))]
         for server in self.topo.servers:
             intfs += [server.name] + [nvlink_intf(self.topo, gpu)[1] for gpu in server.gpus]
         if taken := [name for name in intfs if Path(f"/sys/class/net/{name}").exists()]:
@@ -419,12 +445,16 @@ class Testbed:
         self._end_rtwatch()
         if self.net is not None:
             for host in self.net.hosts:
+                if getattr(host, "isRemote", False):
+                    continue  # its server's processes: ended with what the cluster started there
                 if host.shell is not None and (left := host.end_processes()):
                     info(f"*** ended {len(left)} process(es) left in {host.name}: {left}\n")
             try:
                 self.net.stop()
             finally:
                 self.net = None
+        if self.cluster is not None:
+            self.cluster.stop()
         clean_run(self.run_dir)
         unregister(self.run_dir)
         if self._allowed_cc_before is not None:
@@ -503,11 +533,13 @@ class Testbed:
             self.topo.find_link(a, b)  # TopologyError naming both ends when there is no such link
         state = "up" if up else "down"
         ends = [intf for pair in self.net[a].connectionsTo(self.net[b]) for intf in pair]
-        ports = [intf.name for intf in ends if not intf.node.inNamespace]  # a switch's end: root namespace
+        # a switch's end here: the root namespace's netlink; elsewhere (cluster mode) and a host's end,
+        # after it: through the node's shell, as Mininet does
+        here = [intf for intf in ends if not intf.node.inNamespace and not getattr(intf.node, "isRemote", False)]
         began = self.now()
-        done = set_ports(ports, state, self.realtime_priority, self.now)
+        done = set_ports([intf.name for intf in here], state, self.realtime_priority, self.now)
         for intf in ends:
-            if intf.node.inNamespace:  # a host's end, after the switch's: through its shell, as Mininet does
+            if intf not in here:
                 intf.ifconfig(state)
                 done.append(self.now())
         return began, (done[-1] if up else done[0])

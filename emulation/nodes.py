@@ -58,7 +58,7 @@ def tbf_args(rate_mbps: float) -> str:
 
 __all__ = ["CPU_PORT", "P4Switch", "SoftP4Switch", "BMv2Switch", "StarHost", "NvLinkBridge", "NodeClasses",
            "NodeSetupError", "SwitchStartError", "bmv2_missing", "log_tail", "intf_name", "mininet_port",
-           "nvlink_intf"]
+           "nvlink_intf", "SWITCH_MTU", "run_checked"]
 
 
 def quiet(cmd: list[str]) -> None:
@@ -100,9 +100,12 @@ class P4Switch(Switch):
 
     def launch(self) -> None:
         for _, intf in self.port_intfs():
-            prepare_switch_intf(intf)
+            self.prepare_intf(intf)
         self.process.ports = self.port_intfs()
         self.process.launch()
+
+    def prepare_intf(self, name: str) -> None:
+        prepare_switch_intf(name)
 
     def wait_ready(self) -> None:
         self.process.wait_ready()

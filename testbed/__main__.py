@@ -1,6 +1,6 @@
 """python -m testbed run|job|scenario|report|replay|clean|address|device-id
 
-    run --topo NAME|FILE --dataplane auto|soft|bmv2   bring up a testbed and open the CLI
+    run --topo NAME|FILE --dataplane auto|soft|bmv2   bring up a testbed and open the CLI [--servers ns]
     job --hosts h1,h2,… -- PROGRAM [ARGS]            run your program on the hosts, one rank each
     scenario FILE [--modes a,b] [--short F]          run a scenario file per mode, write its report
     report [REPORT.md]                               print the first table of the last (or given) report
@@ -40,6 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     from mininet.log import setLogLevel
 
+    from emulation.cluster import ClusterError
     from emulation.net import Testbed, TestbedError
     from emulation.nodes import SwitchStartError
     from testbed.cli import StarNetCLI
@@ -53,7 +54,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         bmv2_options = {"log_level": args.bmv2_log}
         tb = Testbed(topo, dataplane=args.dataplane, bmv2_options=bmv2_options, int_sample_log2=args.int_sample_log2,
                      mode=args.mode, realtime_priority=args.switch_priority,
-                     controller_args=["--int-dscp", str(args.int_dscp)])
+                     controller_args=["--int-dscp", str(args.int_dscp)], servers=args.servers)
         if args.pcap:
             (tb.run_dir / "pcaps").mkdir(exist_ok=True)
             bmv2_options["pcap_dir"] = tb.run_dir / "pcaps"
@@ -62,7 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     try:
         tb.start()
-    except (SwitchStartError, TestbedError) as exc:
+    except (SwitchStartError, TestbedError, ClusterError) as exc:
         print(f"testbed: {exc}", file=sys.stderr)
         return 1
     try:
@@ -173,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="bring up a testbed and open the CLI")
     run.add_argument("--topo", default="leafspine")
     run.add_argument("--dataplane", default="auto")
+    run.add_argument("--servers", metavar="ns",
+                     help="cluster mode: the fabric split over servers; 'ns', this machine and a second server "
+                          "made on it (a network namespace with its own sshd; README: Cluster mode)")
     run.add_argument("--link-mbps", type=float, metavar="MBPS",
                      help="every link at this rate instead of the topology's (e.g. 10 on a standard BMv2 build)")
     run.add_argument("--bmv2-log", metavar="LEVEL", help="BMv2 logging (trace|debug|info|...); off by default")

@@ -75,6 +75,11 @@ def test_a_vxlan_link_joins_a_host_here_to_one_on_the_server_at_the_fabric_mtu(s
         net.addLink(here, local, params1={"ip": "10.0.1.1/24"})
         net.build()
         assert tunnel.vni is not None
+        # each end tunnels to the other's address (unicast alone would pass without: VXLAN learns the far
+        # MAC from what arrives, and only broadcasts — ARP, link probes — went astray when the end on the
+        # server tunnelled to itself)
+        assert f"remote {server.address} local {server.gateway}" in here.cmd("ip -d link show h1-eth0")
+        assert f"remote {server.gateway} local {server.address}" in there.cmd("ip -d link show h2-eth0")
         # h2's shell runs in the server's namespace's child, not here: its namespace is not h1's nor ours
         assert len({netns_of(here.pid), netns_of(os.getpid())} | {there.cmd("readlink /proc/self/ns/net").strip()}) == 3
         out = here.cmd("ping -c 3 -i 0.1 -W 2 -s 8900 -M do 10.0.0.2")  # a 8928-byte frame, not fragmented

@@ -1,0 +1,78 @@
+"""Cluster mode end to end on one machine: the default fabric split between this machine and a namespace
+server (`Testbed(servers="ns")`, `make run SERVERS=ns`) — switches and hosts started on their server,
+leaf–spine links crossing as VXLAN tunnels, P4Runtime reached through SSH-forwarded sockets, the
+controller programming every switch and hearing both servers' port carrier — and nothing left after."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from emulation.net import Testbed
+from emulation.waiting import wait_until
+from topologies import leafspine
+from wire import runfiles
+
+pytestmark = [pytest.mark.mininet, pytest.mark.root]
+
+
+@pytest.fixture(scope="module")
+def fabric():
+    with Testbed(leafspine(), dataplane="soft", name="test-cluster-testbed", servers="ns") as tb:
+        yield tb
+    assert not Path(f"/run/netns/{tb.cluster.namespace_servers[0].ns}").exists()
+
+
+def netns_inode(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+def test_the_fabric_is_split_between_both_servers(fabric):
+    cluster = fabric.cluster
+    where = {node: cluster.server_of[node] for node in [*(s.name for s in fabric.topo.switches),
+                                                        *(h.name for h in fabric.topo.hosts)]}
+    assert set(where.values()) == {"localhost", "srv2"}, where
+    for sw in fabric.topo.switches:  # a leaf with its hosts: only switch-to-switch links cross
+        for n, _ in fabric.topo.neighbours(sw.name):
+            if fabric.topo.is_host(n):
+                assert where[n] == where[sw.name]
+    info = json.loads((fabric.run_dir / runfiles.SWITCHES).read_text())["switches"]
+    ns = f"net:[{Path(f'/run/netns/{cluster.namespace_servers[0].ns}').stat().st_ino}]"
+    for name, sw in info.items():
+        if where[name] == "srv2":
+            assert sw["grpc"].startswith("unix:") and sw["remote"][-2:] == ["srv2", "--"]
+            pid, _ = cluster.spawners["srv2"].remote[f"switch-{name}"]
+            assert netns_inode(pid) == ns  # it runs on the server
+        else:
+            assert sw["grpc"].startswith("127.0.0.1:") and "remote" not in sw
+    crossing = [link for link in fabric.topo.links if where[link.a] != where[link.b]]
+    assert crossing
+    link = crossing[0]
+    local_end = link.a if where[link.a] == "localhost" else link.b
+    port = link.port_of(local_end)
+    details = subprocess.run(["ip", "-d", "link", "show", f"{local_end}-eth{port}"], capture_output=True, text=True,
+                             check=True).stdout
+    assert "vxlan id" in details and "mtu 9000" in details, details
+
+
+def test_every_host_reaches_every_other_across_the_servers(fabric):
+    assert fabric.net.pingAll(timeout="2") == 0.0
+
+
+def test_a_cut_crossing_link_is_heard_from_the_far_server_and_healed(fabric):
+    cluster = fabric.cluster
+    crossing = [link for link in fabric.topo.links if cluster.server_of[link.a] != cluster.server_of[link.b]]
+    link = crossing[0]
+    fabric.set_link(link.a, link.b, up=False)
+    try:
+        names = {f"{link.a}-{link.b}", f"{link.b}-{link.a}"}
+        assert wait_until(lambda: any(r["link"] in names and r["state"] == "down" for r in fabric.links_timeline()),
+                          15.0), fabric.links_timeline()
+        assert fabric.net.pingAll(timeout="2") == 0.0  # re-routed over the other spine
+    finally:
+        fabric.set_link(link.a, link.b, up=True)
+    assert wait_until(lambda: any(r["link"] in names and r["state"] == "up" for r in fabric.links_timeline()), 15.0)
