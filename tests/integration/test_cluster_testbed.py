@@ -16,8 +16,12 @@ from emulation.net import Testbed
 from emulation.waiting import wait_until
 from topologies import leafspine
 from wire import runfiles
+from workloads.allreduce.job import JobSpec, run_job
+from workloads.fabric import FabricView
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
+LINK_MBPS = 20.0
+RING_FLOOR = 0.30  # tests/integration/test_allreduce.py's: a serialised ring runs at ~1/8 of the link
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +80,16 @@ def test_a_cut_crossing_link_is_heard_from_the_far_server_and_healed(fabric):
     finally:
         fabric.set_link(link.a, link.b, up=True)
     assert wait_until(lambda: any(r["link"] in names and r["state"] == "up" for r in fabric.links_timeline()), 15.0)
+
+
+def test_an_all_reduce_over_both_servers_is_exact(fabric):
+    t0 = fabric.now()
+    outcome = run_job(JobSpec(hosts=[f"h{i}" for i in range(1, 9)], sizes=[4 << 20], algo="ring", iters=2, warmup=1,
+                              name="ring-split"), FabricView.of_testbed(fabric), progress=None)
+    verdict = fabric.verdict(t0, fabric.now())
+    (result,) = outcome.results
+    busbw = result.busbw_gbs * 8e3
+    print(f"\n{outcome.table}\n  ring over both servers: busbw {busbw:.2f} Mbit/s = {busbw / LINK_MBPS:.0%} of the "
+          f"link; {verdict.line()}")
+    assert outcome.wrong == 0, outcome.table
+    assert busbw >= RING_FLOOR * LINK_MBPS, outcome.table
