@@ -117,6 +117,7 @@ bench: deps
 	$(PY) bench/paths_reaction.py
 	$(PY) bench/own_jobs.py
 	$(PY) bench/collectives.py
+	$(PY) bench/cluster_split.py
 
 # ruff, mypy on the packages (untyped defs refused) and the layers' import contracts (import-linter:
 # imports only downward, no circle); config in pyproject.toml. Part of `make test`.
