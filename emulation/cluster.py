@@ -568,9 +568,12 @@ class Cluster:
         Unix socket there, reached here through an SSH-forwarded socket."""
         if self.is_local(switch):
             return self.spawner, {}
-        here = self.run_dir / f"p4rt-{switch}.sock"
-        return self.spawners[self.server_of[switch]], {"serve_on": f"unix:{self.sockets / f'{switch}.sock'}",
-                                                       "dial": f"unix:{here}"}
+        here, there = self._sockets(switch)
+        return self.spawners[self.server_of[switch]], {"serve_on": f"unix:{there}", "dial": f"unix:{here}"}
+
+    def _sockets(self, switch: str) -> tuple[Path, Path]:
+        """(the forwarded P4Runtime socket here, the switch's own on its server)."""
+        return self.run_dir / f"p4rt-{switch}.sock", self.sockets / f"{switch}.sock"
 
     def start_forwards(self, switches: list[str]) -> None:
         """The forwarded P4Runtime socket of every switch elsewhere (ssh -L: a connection made before
@@ -579,8 +582,7 @@ class Cluster:
             if self.is_local(switch) or switch in self.forwards:
                 continue
             server = self.server_of[switch]
-            forward = SocketForward(self.local, self.ssh, server, self.run_dir / f"p4rt-{switch}.sock",
-                                    self.sockets / f"{switch}.sock", f"forward-{switch}")
+            forward = SocketForward(self.local, self.ssh, server, *self._sockets(switch), f"forward-{switch}")
             forward.start()
             self.forwards[switch] = forward
 
