@@ -11,8 +11,10 @@
 - healing.py (`Healer`): probes and carriers find failed links; re-route, re-plan, links.csv;
 - diagnosis.py (`Diagnoser`): the localiser and diagnosis.csv;
 - service.py: the advice API on the run directory's Unix socket; faults.py: injected loss;
-- metrics.py: Prometheus `/metrics` on 127.0.0.1 (its address in the run directory's metrics.addr).
-- live.py: the live page (a map of the fabric, pushed by Server-Sent Events) on 127.0.0.1 (live.addr).
+- front.py: the web front, a process of its own serving metrics.py's Prometheus `/metrics` and
+  live.py's live page (a map of the fabric, pushed by Server-Sent Events) on 127.0.0.1 (their
+  addresses in the run directory's metrics.addr and live.addr), from copies of the parts' state
+  (`fabric_state`) taken on the event loop when it asks.
 
 Reads ``topology.yaml`` and ``switches.json`` (name → gRPC address, device id, and for BMv2 the p4c
 output: BMv2 JSON and its P4Info) from the run directory and writes ``controller.ready`` once
@@ -35,10 +37,10 @@ from controller.advice import AdviceLoop
 from controller.advisor import AdvisorParams
 from controller.diagnosis import Diagnoser
 from controller.faults import LinkLoss
+from controller.front import Front, FrontError
 from controller.healing import Healer
-from controller.live import LiveServer, following
 from controller.localizer import Suspect
-from controller.metrics import FabricState, on_loop, serve
+from controller.metrics import FabricState, on_loop
 from controller.options import ControllerOptions
 from controller.p4rt_client import SwitchError, SwitchSession
 from controller.paths import FLOW_PIN, PATHS_HEADER, pin_row
@@ -50,7 +52,7 @@ from topologies.spec import load_topology
 from wire import advice_pb2 as pb
 from wire import runfiles
 from wire.cpu import REASON_INT_REPORT, REASON_PROBE
-from wire.fidelity import WINDOW_S, FidelityTail, FidelityWindows, wall_offset, watch_loop_lag
+from wire.fidelity import WINDOW_S, FidelityWindows, wall_offset, watch_loop_lag
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 from wire.proto import p4r
 
@@ -78,6 +80,7 @@ class Controller:
                                    lambda: self.healer.down)
         self.loss = LinkLoss(self.topo)
         self.loop_lag = FidelityWindows(options.fidelity_file, "controller", "loop") if options.fidelity_file else None
+        self.front: Front | None = None  # the web front (/metrics, the live page), started by run()
         self.wall = wall_offset()  # taken once: a port's wall time stays the same from one copy to the next
         self.switches.routes_for = lambda name: self.healer.routes()[name]
         self.switches.soft_device_config = self.healer.soft_device_config
@@ -136,6 +139,12 @@ class Controller:
         routes = self.healer.routes()
         counts = await self.switches.start(routes)
         self.advice.set_routes(routes)  # no flows yet: no pins
+        if self.front is not None:  # started beside the switches' programming; its addresses before ready
+            served = await asyncio.to_thread(self.front.wait_ready)  # the loop runs on: the front's asks need it
+            for name, port in ((runfiles.METRICS_ADDR, served.get("metrics_port")),
+                               (runfiles.LIVE_ADDR, served.get("web_port"))):
+                if port is not None:
+                    (self.run_dir / name).write_text(f"127.0.0.1:{port}\n")
         (self.run_dir / runfiles.CONTROLLER_READY).write_text(json.dumps(counts))
 
     # ---- the API's fault channel (controller/service.py's Faults) -------------------------------------------
@@ -192,19 +201,16 @@ class Controller:
 
     async def run(self) -> None:
         server, socket_dir = await start_server(self.run_dir, self.collector, self.advice, self)
-        metrics = None
-        if self.options.metrics_port is not None:
-            fidelity = FidelityTail(self.options.fidelity_file) if self.options.fidelity_file else None
-            metrics, _ = serve(on_loop(asyncio.get_running_loop(), self.fabric_state), self.options.metrics_port,
-                               fidelity)
-            (self.run_dir / runfiles.METRICS_ADDR).write_text(f"127.0.0.1:{metrics.server_port}\n")
-        live = None
-        if self.options.web_port is not None:
-            live = LiveServer(on_loop(asyncio.get_running_loop(), lambda: self.fabric_state(histograms=False)),
-                              self.topo, self.options.web_port,
-                              following(self.options.fidelity_file, self.run_dir / runfiles.FAULTS)).start()
-            (self.run_dir / runfiles.LIVE_ADDR).write_text(f"127.0.0.1:{live.server_port}\n")
-        await self.start()
+        if self.options.metrics_port is not None or self.options.web_port is not None:
+            loop = asyncio.get_running_loop()
+            self.front = Front(self.run_dir, lambda histograms: on_loop(loop, lambda: self.fabric_state(histograms))(),
+                               self.options.metrics_port, self.options.web_port, self.options.fidelity_file).launch()
+        try:
+            await self.start()
+        except BaseException:
+            if self.front is not None:
+                self.front.stop()
+            raise
         tasks = [asyncio.create_task(self.switches.watch(n)) for n in self.sessions]
         tasks.append(asyncio.create_task(self._age_telemetry()))
         tasks.append(asyncio.create_task(self._write_mode_updates()))
@@ -224,11 +230,8 @@ class Controller:
         await server.stop(0.5)
         if socket_dir is not None:
             shutil.rmtree(socket_dir, ignore_errors=True)
-        if metrics is not None:
-            metrics.shutdown()
-            metrics.server_close()
-        if live is not None:
-            live.stop()
+        if self.front is not None:
+            self.front.stop()
         self.collector.close()
         self.advice.close()
         self.healer.close()
@@ -267,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         asyncio.run(runner())
-    except SwitchError as exc:
+    except (SwitchError, FrontError) as exc:
         log.error("%s", exc)
         print(f"controller: {exc}", file=sys.stderr)
         return 1

@@ -1,8 +1,9 @@
 """The live page: a map of the running fabric in a browser, pushed to it as the fabric changes.
 
-Served by the controller on 127.0.0.1 only (a free port unless `--web-port`; the address is written
-to the run directory's `live.addr` and the CLI's banner prints it), by the standard library's
-threading HTTP server in threads of its own:
+Served on 127.0.0.1 only (a free port unless `--web-port`; the address is written to the run
+directory's `live.addr` and the CLI's banner prints it) by the standard library's threading HTTP
+server, in the controller's web front (controller/front.py, a process of its own) or in
+`testbed replay`'s process (controller/replay.py):
 
     /                  the page (web/live.html, web/live.js, web/live.css)
     /lib/<file>        its libraries, Cytoscape.js (the graph) and uPlot (the series), installed from
@@ -10,9 +11,9 @@ threading HTTP server in threads of its own:
     /topology.json     the fabric to draw: nodes with their tier and place, links with their ports
     /events            Server-Sent Events: a frame (JSON) every FRAME_PERIOD_S while a page is open
 
-A frame is built once per period by one thread, however many pages watch, from the copy of the
-controller's state that /metrics reads too (controller/metrics.py: FabricState, taken on the event
-loop), the fidelity windows the run's processes append to fidelity.csv, and the faults the testbed
+A frame is built once per period by one thread, however many pages watch, from a copy of the
+controller's state like the one /metrics reads (controller/metrics.py: FabricState, taken on the
+controller's event loop when the front asks), the fidelity windows the run's processes append to fidelity.csv, and the faults the testbed
 injected (faults.csv). It carries each switch port's utilisation, queue and hop latency with the
 wall time INT last reported it, each link's state, the localiser's ranked suspects and their
 evidence, the advice per host, the fidelity of the last seconds, and a timeline of faults injected

@@ -1,14 +1,16 @@
-"""Prometheus metrics of the running fabric: `/metrics` in the Prometheus text format, served by the
-controller on 127.0.0.1 only (an ephemeral port unless `--metrics-port`; the address is written to
-the run directory's `metrics.addr`) by prometheus_client's threading WSGI server, in threads of its own.
+"""Prometheus metrics of the running fabric: `/metrics` in the Prometheus text format, served on
+127.0.0.1 only (an ephemeral port unless `--metrics-port`; the address is written to the run
+directory's `metrics.addr`) by prometheus_client's threading WSGI server, in the controller's web
+front (controller/front.py: a process of its own, so that no scrape waits for the controller's
+interpreter lock).
 
-While scrapes come, a thread of its own asks the controller's event loop every second for a copy of
-what its parts hold (`FabricState`: the INT collector's port state, the localiser's last counter
-read and its suspects, the healer's link states, the advice last sent) and renders that copy with
-prometheus_client; a scrape gets the last rendering at once (`Exposition`): nothing on the packet
-path, nothing read while the loop writes it, and a scrape's time independent of the loop's load.
-The fidelity windows every process appends to the run's fidelity.csv are followed in the rendering
-thread (wire.fidelity.FidelityTail: only new lines).
+While scrapes come, a thread of the front asks the controller every second for a copy of what its
+parts hold (`FabricState`, taken on the controller's event loop: the INT collector's port state, the
+localiser's last counter read and its suspects, the healer's link states, the advice last sent) and
+renders that copy with prometheus_client; a scrape gets the last rendering at once (`Exposition`):
+nothing on the packet path, nothing read while the loop writes it, and a scrape's time independent
+of the loop's load. The fidelity windows every process appends to the run's fidelity.csv are
+followed in the rendering thread (wire.fidelity.FidelityTail: only new lines).
 
 Names are prefixed `starnet_` and in base units (bytes, seconds, bits per second, ratios); labels
 come from the topology — switch, port, peer, link ends, hosts, a suspect's target and fault, a timed
@@ -179,7 +181,8 @@ class FabricMetrics(Collector):
 
 
 def on_loop(loop: asyncio.AbstractEventLoop, take: Callable[[], FabricState]) -> Callable[[], FabricState]:
-    """A reader for another thread: `take` runs on the event loop, the caller waits for its copy."""
+    """A reader for another thread (the front's, controller/front.py): `take` runs on the event loop,
+    the caller waits for its copy."""
     async def taken() -> FabricState:
         return take()
 
@@ -240,8 +243,8 @@ class MetricsServer(ThreadingWSGIServer):
     """/metrics on 127.0.0.1 (prometheus_client's threading WSGI server and quiet handler)."""
 
     def __init__(self, exposition: Exposition, port: int) -> None:
+        self.exposition = exposition  # before the bind: a port taken closes the server inside __init__
         super().__init__(("127.0.0.1", port), _SilentHandler)
-        self.exposition = exposition
         self.set_app(exposition.app)
 
     def server_close(self) -> None:

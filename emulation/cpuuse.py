@@ -8,9 +8,10 @@ source and window:
     window,source,kind,cpu_ms
 
 with `window` the window's start (wall-clock seconds, as in fidelity.csv), `source` a switch's
-name or a kind's total ("controller", "agents", "workloads", "samplers": TCP state samplers and
-the real-time watchdog, "testbed": the process running the testbed, "machine": every CPU of the
-machine, busy), and cpu_ms the CPU time used in it (a core fully used for a window is 100 ms).
+name or a kind's total ("controller", "front": the controller's web front, "agents", "workloads",
+"samplers": TCP state samplers and the real-time watchdog, "testbed": the process running the
+testbed, "machine": every CPU of the machine, busy), and cpu_ms the CPU time used in it (a core
+fully used for a window is 100 ms).
 ``usage`` sums a span of it for the verdict line ("CPU: the testbed used 1.3 of 2 cores —
 switches 0.9, ... — other work 0.4"), and ``top_others`` names the processes outside the run that
 took the most CPU, for a failure's message.
@@ -32,7 +33,7 @@ from wire.realtime import HZ, cpu_seconds
 CPU_CSV = runfiles.CPU
 CORES = os.cpu_count() or 1
 REFRESH_PIDS_S = 1.0
-KINDS = ("switches", "controller", "agents", "workloads", "samplers", "testbed")
+KINDS = ("switches", "controller", "front", "agents", "workloads", "samplers", "testbed")
 
 
 def kind_of(label: str) -> str | None:
@@ -41,6 +42,8 @@ def kind_of(label: str) -> str | None:
         return "switch"
     if label == "controller":
         return "controller"
+    if label == "front":  # the controller's web front (controller/front.py): /metrics and the live page
+        return "front"
     if label.startswith("agent-"):
         return "agents"
     if label.startswith("sampler-") or label == "rtwatch":

@@ -45,7 +45,6 @@ from emulation.rundir import (
     new_run_dir,
     reap_orphans,
     record_interfaces,
-    record_pid,
     register,
     unregister,
 )
@@ -62,6 +61,7 @@ from wire.adviceclient import channel
 from wire.fidelity import create_file
 from wire.p4info import DEFAULT_P4INFO, P4Schema
 from wire.realtime import DEFAULT_PRIORITY, WATCHDOG_PRIORITY, RealtimeError, promote, this_thread_at
+from wire.runfiles import record_pid
 
 CONTROLLER_READY_S = 60.0
 

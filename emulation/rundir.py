@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from wire import runfiles
+from wire.runfiles import process_start_time
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Where run directories go: runs/ in the source tree, or any directory STARNET_RUNS names (a
@@ -40,23 +41,6 @@ def new_run_dir(name: str, base: Path = RUNS) -> Path:
     (path / runfiles.PIDS).mkdir(parents=True)
     (path / runfiles.SWITCH_DIR).mkdir()
     return path
-
-
-def process_start_time(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def record_pid(run_dir: Path, label: str, pid: int) -> None:
-    start = process_start_time(pid) or "?"
-    (run_dir / runfiles.PIDS / f"{label}.pid").write_text(f"{pid} {start}\n")
-
-
-def forget_pid(run_dir: Path, label: str) -> None:
-    (run_dir / runfiles.PIDS / f"{label}.pid").unlink(missing_ok=True)
 
 
 def record_interfaces(run_dir: Path, names: list[str]) -> None:

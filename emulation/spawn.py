@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from emulation.rundir import forget_pid, record_pid, stop_process
+from emulation.rundir import stop_process
+from wire.runfiles import forget_pid, record_pid
 
 
 class SpawnError(RuntimeError):

@@ -9,8 +9,9 @@ components write into it and the lab, the console and the tests read it:
     switches/<sw>.log, switches/<sw>.stats.json, switches/<sw>.faults   one per switch process
     controller.addr          where the advice API listens (unix: controller.sock, or a short temp path)
     controller.ready, controller.log, controller.out, p4runtime-requests.log
-    metrics.addr             where the controller serves Prometheus /metrics (127.0.0.1:port)
-    live.addr                where the controller serves the live page (127.0.0.1:port)
+    metrics.addr             where the controller's web front serves Prometheus /metrics (127.0.0.1:port)
+    live.addr                where the controller's web front serves the live page (127.0.0.1:port)
+    front.log                the web front's log (controller/front.py)
     faults.csv               every fault injected into the fabric, when and what (emulation/faults.py)
     telemetry.csv            per-port INT readings: time, switch, port, queue_pkts, hop_latency_us,
                              tx_rate_mbps, utilisation (the controller's collector)
@@ -52,6 +53,7 @@ CONTROLLER_LOG = "controller.log"
 CONTROLLER_OUT = "controller.out"
 METRICS_ADDR = "metrics.addr"  # the controller's Prometheus /metrics, 127.0.0.1:PORT
 LIVE_ADDR = "live.addr"  # the controller's live page, 127.0.0.1:PORT
+FRONT_LOG = "front.log"  # the controller's web front (controller/front.py)
 FAULTS = "faults.csv"
 T = TypeVar("T")
 FAULTS_FIELDS = ["began", "settled", "kind", "a", "b", "fault", "text"]
@@ -80,6 +82,26 @@ SSH_CONFIG = "cluster/ssh_config"
 REMOTE_PIDS = "remote-pids"  # remote-pids/<server>/<label>.pid: "pid start" of a process on that server
 
 TELEMETRY_FIELDS = ["time", "switch", "port", "queue_pkts", "hop_latency_us", "tx_rate_mbps", "utilisation"]
+
+
+def process_start_time(pid: int) -> str | None:
+    """The kernel's start time of `pid` (clock ticks since boot, /proc/<pid>/stat), None when it is gone:
+    with the PID, what tells a process from a later one that reused its number."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def record_pid(run_dir: Path, label: str, pid: int) -> None:
+    """pids/<label>.pid: "pid start", what `make clean` ends (emulation/rundir.py) and cpu.csv samples."""
+    start = process_start_time(pid) or "?"
+    (run_dir / PIDS / f"{label}.pid").write_text(f"{pid} {start}\n")
+
+
+def forget_pid(run_dir: Path, label: str) -> None:
+    (run_dir / PIDS / f"{label}.pid").unlink(missing_ok=True)
 
 
 def agent_mode(host: str) -> str:

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from emulation.nodes import intf_name
-from emulation.rundir import RUNS, forget_pid
+from emulation.rundir import RUNS
 from emulation.spawn import LocalSpawner, SpawnError
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology, load_topology
 from wire import faultsfile, runfiles
+from wire.runfiles import forget_pid
 from workloads.hosts import Endpoint, JobError
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ import pytest
 
 from emulation import cpuuse
 from emulation.fidelity import verdict
-from emulation.rundir import record_pid
+from wire.runfiles import record_pid
 
 
 def test_recorded_processes_get_their_kinds():

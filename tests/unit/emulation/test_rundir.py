@@ -34,7 +34,8 @@ def test_by_default_run_directories_are_under_the_source_tree() -> None:
 
 
 def test_a_testbed_whose_owner_died_is_cleaned_by_the_next_and_a_live_one_is_left(tmp_path: Path) -> None:
-    from emulation.rundir import holder_of, new_run_dir, reap_orphans, record_interfaces, record_pid, register
+    from emulation.rundir import holder_of, new_run_dir, reap_orphans, record_interfaces, register
+    from wire.runfiles import record_pid
 
     live = tmp_path / "live"
     orphan, mine = new_run_dir("orphan", tmp_path / "runs"), new_run_dir("mine", tmp_path / "runs")
