@@ -13,11 +13,11 @@ server, in the controller's web front (controller/front.py, a process of its own
 
 A frame is built once per period by one thread, however many pages watch, from a copy of the
 controller's state like the one /metrics reads (controller/metrics.py: FabricState, taken on the
-controller's event loop when the front asks), the fidelity windows the run's processes append to fidelity.csv, and the faults the testbed
-injected (faults.csv). It carries each switch port's utilisation, queue and hop latency with the
-wall time INT last reported it, each link's state, the localiser's ranked suspects and their
-evidence, the advice per host, the fidelity of the last seconds, and a timeline of faults injected
-and detected. While no page is open nothing is built.
+controller's event loop when the front asks), the fidelity windows the run's processes append to
+fidelity.csv, and the faults the testbed injected (faults.csv). It carries each switch port's
+utilisation, queue and hop latency with the wall time INT last reported it, each link's state, the
+localiser's ranked suspects and their evidence, the advice per host, the fidelity of the last
+seconds, and a timeline of faults injected and detected. While no page is open nothing is built.
 """
 
 from __future__ import annotations

@@ -35,10 +35,13 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from controller.localizer import Suspect
-from controller.telemetry import LATENCY_BUCKETS_US
 from wire.fidelity import FidelityTail
 
 PortKey = tuple[str, int, str]  # switch, port, the node at its other end
+# Upper bounds (µs) of the hop-latency histogram's buckets (the collector counts INT's reports into them,
+# controller/telemetry.py): a frame's own time on a 20 Mbit/s wire is 0.6 ms, a full 64-frame queue
+# there 39 ms, a stalled switch's tens of ms more.
+LATENCY_BUCKETS_US = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000)
 SCRAPE_TIMEOUT_S = 2.0  # a rendering waits this long for the event loop's copy
 RENDER_PERIOD_S = 1.0  # while scraped, the text is rendered this often ...
 IDLE_S = 30.0  # ... until no scrape came for this long

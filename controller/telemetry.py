@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from controller.metrics import LATENCY_BUCKETS_US
 from topologies.spec import LinkId, egress_link
 from wire import runfiles
 from wire.fidelity import BMV2_RATE_PKT_BYTES, FidelityWindows
@@ -36,9 +37,6 @@ MIN_RATE_INTERVAL_US = 20_000
 # The standing queue is the smallest reading over this window of switch time: a burst that
 # passes is not a queue to drain (CoDel's sojourn-minimum idea). On a slow link the window is at
 # least STANDING_FRAMES frame times (at 1 Mbit/s one frame is 12 ms: 20 ms would hold one reading).
-# Upper bounds (µs) of the hop-latency histogram's buckets (/metrics): a frame's own time on a 20 Mbit/s
-# wire is 0.6 ms, a full 64-frame queue there 39 ms, a stalled switch's tens of ms more.
-LATENCY_BUCKETS_US = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000)
 STANDING_WINDOW_US = 20_000
 STANDING_FRAMES = 8
 RATE_WINDOW_S = 0.2  # a flow's sampled data rate is counted over windows at least this long

@@ -88,9 +88,11 @@ def write_report(result: ScenarioResult) -> Path:
     for mode, run in result.runs.items():
         lines.append(f"- {mode}: {run.verdict} (`{run.run_dir}`)")
     lines += ["", "## Replay", "", "Each mode's run on the live page (links, queues, suspects, advice and faults "
-              "as they were; README: Live page):", ""]
+              "as they were; README: Live page), what its files say at the run's end, and whether the "
+              "replay's last frame shows the same:", ""]
     for mode, run in result.runs.items():
         lines.append(f"- {mode}: `python -m testbed replay {run.run_dir}`")
+        lines += [f"  - {line}" for line in end_of_run_lines(Path(run.run_dir), len(sc.topology.links))]
     lines += ["", "## Jobs", ""]
     for mode, run in result.runs.items():
         for r in run.jobs:
@@ -113,6 +115,57 @@ def write_report(result: ScenarioResult) -> Path:
     report = out / "report.md"
     report.write_text("\n".join(lines) + "\n")
     return report
+
+
+Ranking = list[tuple[str, str, float, bool]]  # the localiser's suspects in order: target, fault, score, alert
+SHOWN_SUSPECTS = 5  # of the last ranking, in the report
+
+
+def end_of_run(run_dir: Path) -> tuple[Ranking, list[frozenset[str]]]:
+    """The localiser's last ranking (suspects.csv) and the links down at the end (links.csv: each
+    link's last state), as the run's files have them."""
+    rankings = runfiles.read_suspects(run_dir)
+    ranking = [(target, fault, score, alert) for target, fault, score, alert, _ in rankings[-1][1]] if rankings else []
+    last: dict[frozenset[str], str] = {}
+    for row in read_rows(run_dir / runfiles.LINKS):
+        a, _, b = row.get("link", "").partition("-")
+        if a and b:
+            last[frozenset((a, b))] = row.get("state", "")
+    return ranking, sorted((link for link, state in last.items() if state != "up"), key=sorted)
+
+
+def replayed_end(run_dir: Path) -> tuple[Ranking, list[frozenset[str]]] | str:
+    """What the live page's replay (controller/replay.py) shows at the run's end: the suspects and the
+    links down; a string saying why when the run cannot be replayed."""
+    from controller.replay import Replay, RunNotReplayable  # the report of a run without one draws no page
+
+    try:
+        replay = Replay(run_dir)
+    except RunNotReplayable as exc:
+        return str(exc)
+    state = replay.state(replay.t1)
+    return ([(s.target, s.fault, s.score, s.alert) for s in state.suspects],
+            sorted((frozenset(link) for link, up in state.links.items() if not up), key=sorted))
+
+
+def end_of_run_lines(run_dir: Path, links: int) -> list[str]:
+    """The report's lines on a run's end state and on its replay's agreement with it."""
+    ranking, down = end_of_run(run_dir)
+    named = ", ".join("-".join(sorted(link)) for link in down)
+    lines = [f"links at the end: {f'{len(down)} down ({named})' if down else f'all {links} up'}"]
+    shown = "; ".join(f"{i}. {target}: {fault} {score:.2f}{' (alert)' if alert else ''}"
+                      for i, (target, fault, score, alert) in enumerate(ranking[:SHOWN_SUSPECTS], 1))
+    more = f" and {len(ranking) - SHOWN_SUSPECTS} more" if len(ranking) > SHOWN_SUSPECTS else ""
+    lines.append(f"the localiser's suspects at the end: {shown + more if ranking else 'none'}")
+    replayed = replayed_end(run_dir)
+    if isinstance(replayed, str):
+        lines.append(f"replay: cannot play this run back ({replayed})")
+    elif replayed == (ranking, down):
+        lines.append("replay: its last frame shows the same suspects and link states")
+    else:
+        lines.append(f"replay: its last frame DIFFERS: suspects {replayed[0]}, links down "
+                     f"{['-'.join(sorted(link)) for link in replayed[1]]}")
+    return lines
 
 
 def fault_text(fault: dict) -> str:

@@ -1,7 +1,7 @@
 """A shortened demo (experiments/demo.yaml at a quarter of its sizes and times) in modes none and
 advice, end to end through the scenario runner and its report: in advice the worst switch port's
 p99 queue is lower and the switches drop fewer packets than in none, and every all-reduce result is
-correct in both modes."""
+correct in both modes; each mode's replay on the live page ends as its report says the run ended."""
 
 from __future__ import annotations
 
@@ -63,6 +63,15 @@ def test_shortened_demo_advice_has_lower_queues_and_fewer_drops_than_none():
     assert worst_p99(advice) < worst_p99(none), (worst_p99(advice), worst_p99(none))
     for name in ("report.md", "results.json", "queues.png", "rates-advice.png", "utilisation.png", "busbw.png"):
         assert (result.out_dir / name).stat().st_size > 0, name
+    replay_agrees(result)
+
+
+def replay_agrees(result) -> None:
+    """Each mode's replay ends showing the suspects and link states its report gives (lab/report.py)."""
+    report = (result.out_dir / "report.md").read_text()
+    replay = report.split("## Replay", 1)[1].split("\n## ", 1)[0]
+    print(replay)
+    assert replay.count("replay: its last frame shows the same suspects and link states") == len(result.runs), replay
 
 
 def test_failover_scenario_survives_its_faults_and_the_report_shows_the_controllers_response():
@@ -83,3 +92,5 @@ def test_failover_scenario_survives_its_faults_and_the_report_shows_the_controll
         assert (link, "down") in states and (link, "up") in states, (link, states)
     report = (result.out_dir / "report.md").read_text()
     assert "## Faults and the controller's response" in report and "loss 100% of frames s2 -> s4" in report
+    assert f"links at the end: all {len(scenario.topology.links)} up" in report  # every fault was undone
+    replay_agrees(result)

@@ -17,8 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.front import Front, FrontError
 from controller.localizer import Suspect
-from controller.metrics import FabricState
-from controller.telemetry import LATENCY_BUCKETS_US
+from controller.metrics import LATENCY_BUCKETS_US, FabricState
 from emulation.waiting import wait_until
 from topologies import leafspine
 from wire import runfiles
