@@ -21,7 +21,10 @@ second demand ends and the advice returns to one flow. Two kinds of event:
 Goals (issue "Performance"): median <= 5 ms, p99 <= 10 ms end to end; declared demands p99 <= 5 ms.
 Printed with the fidelity verdict of the run and the controller's loop lag. --pages N keeps N live
 pages (controller/live.py) open in Debian's chromium all along, to measure what watching costs
-(issue "Live view": within 5% of none open).
+(issue "Live view": within 5% of none open). Two separate runs differ by more than that (15% in loop
+lag between two runs with no page), so `--pages N --blocks B` compares within one run: the events in
+B blocks, none open in the odd ones and N open in the even ones, each condition's figures (advice
+latency, the controller's loop lag, its CPU and its web front's from cpu.csv) over its own blocks.
 """
 
 from __future__ import annotations
@@ -32,14 +35,16 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from emulation import cpuuse  # noqa: E402
 from emulation.net import Testbed  # noqa: E402
 from topologies import leafspine  # noqa: E402
 from wire import advice_pb2 as pb  # noqa: E402
@@ -50,6 +55,7 @@ from wire.stats import percentile  # noqa: E402
 
 SENDER = ROOT / "bench" / "flow_start.py"
 GOAL_MEDIAN_MS, GOAL_P99_MS, GOAL_DECLARED_P99_MS = 5.0, 10.0, 5.0
+PAGE_DRAWS_S = 60  # a page opened draws its first frames within this (chromium on a loaded machine)
 
 
 def rows(path: Path) -> list[dict]:
@@ -161,26 +167,100 @@ def declared_event(tb: Testbed, stub: pb_grpc.AdviceStub, event: int) -> list[fl
 
 
 @contextmanager
-def live_pages(url: str | None, pages: int) -> Iterator[None]:
-    """`pages` live pages open in Debian's chromium (Playwright) while the block runs."""
-    if pages <= 0:
-        yield
+def browser(url: str | None, needed: bool) -> Iterator[Callable[[int], Any]]:
+    """Debian's chromium (Playwright) while the block runs, if `needed`; yields `pages(n)`: a context
+    in which n live pages are open on `url`, each drawing frames before it is entered."""
+    if not needed:
+        yield lambda n: nullcontext()
         return
     if url is None:
         raise SystemExit("the controller serves no live page")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
-        for _ in range(pages):
-            page = browser.new_page()
-            page.goto(url)
-            page.wait_for_function("window.starnetLive && window.starnetLive.frames > 1", timeout=15000)
-        print(f"{pages} live pages open on {url}")
+        chromium = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+
+        @contextmanager
+        def pages(n: int) -> Iterator[None]:
+            opened = []
+            try:
+                for _ in range(n):
+                    page = chromium.new_page()
+                    opened.append(page)
+                    page.goto(url)
+                    page.wait_for_function("window.starnetLive && window.starnetLive.frames > 1",
+                                           timeout=PAGE_DRAWS_S * 1e3)
+                if n:
+                    print(f"{n} live pages open on {url}", flush=True)
+                yield
+            finally:
+                for page in opened:
+                    page.close()
+
         try:
-            yield
+            yield pages
         finally:
-            browser.close()
+            chromium.close()
+
+
+class Condition:
+    """What one condition (so many pages open) measured: its stages per kind, and its time spans."""
+
+    def __init__(self, pages: int) -> None:
+        self.pages = pages
+        self.stages = {"int": Stages(["first datagram sent (h2)", "first reported packet leaves the source switch",
+                                      "... leaves the sink switch (report cloned)", "collector has the report",
+                                      "advisor decision", "h2's agent received the advice", "h2's netlink call done",
+                                      "h1's and h2's rates both in force"]),
+                       "declared": Stages(["DeclareDemand sent", "advisor decision", "h2's agent received the advice",
+                                           "h2's netlink call done", "h1's and h2's rates both in force"])}
+        self.spans: list[tuple[float, float]] = []
+
+    def lags(self, fidelity: Path) -> list[float]:
+        return [r.max_late_ms for r in read_records(fidelity) if r.source == "controller" and r.kind == "loop"
+                and any(t0 <= r.start < t1 for t0, t1 in self.spans)]
+
+    def cpu(self, run_dir: Path) -> dict[str, float]:
+        """Cores the controller and its web front used, over this condition's spans."""
+        used = {"controller": 0.0, "front": 0.0}
+        seconds = 0.0
+        for t0, t1 in self.spans:
+            usage = cpuuse.usage(run_dir / cpuuse.CPU_CSV, t0, t1)
+            if usage is not None:
+                for kind in used:
+                    used[kind] += usage.by_kind.get(kind, 0.0) * usage.seconds
+                seconds += usage.seconds
+        return {kind: v / seconds for kind, v in used.items()} if seconds else used
+
+
+def end_to_end(stages: Stages) -> tuple[float, float] | None:
+    total = [(e[-1] - e[0]) * 1e3 for e in stages.events]
+    return (statistics.median(total), percentile(total, 99)) if total else None
+
+
+def compare(conditions: list[Condition], fidelity: Path, run_dir: Path) -> None:
+    """Each condition's figures side by side, and watching's cost against none open (goal: within 5%)."""
+    none, watched = conditions
+    rows_: list[tuple[str, float, float]] = []
+    for kind in ("int", "declared"):
+        a, b = end_to_end(none.stages[kind]), end_to_end(watched.stages[kind])
+        if a and b:
+            rows_ += [(f"advice latency, {kind}, median (ms)", a[0], b[0]),
+                      (f"advice latency, {kind}, p99 (ms)", a[1], b[1])]
+    lag_a, lag_b = none.lags(fidelity), watched.lags(fidelity)
+    if lag_a and lag_b:
+        rows_ += [("controller loop lag, median (ms)", statistics.median(lag_a), statistics.median(lag_b)),
+                  ("controller loop lag, p99 (ms)", percentile(lag_a, 99), percentile(lag_b, 99))]
+    cpu_a, cpu_b = none.cpu(run_dir), watched.cpu(run_dir)
+    rows_ += [("controller CPU (cores)", cpu_a["controller"], cpu_b["controller"]),
+              ("web front CPU (cores)", cpu_a["front"], cpu_b["front"])]
+    print(f"\n{'':42} {'0 pages':>10} {f'{watched.pages} pages':>10} {'ratio':>7}")
+    for label, a, b in rows_:
+        print(f"  {label:40} {a:10.3f} {b:10.3f} {b / a if a else float('nan'):7.2f}")
+    within = [b <= a * 1.05 for label, a, b in rows_ if "median" in label]
+    print(f"goal (issue 'Live view'): the advice loop's latency and the controller's loop lag with "
+          f"{watched.pages} pages open within 5% of none open, medians: {'met' if all(within) else 'NOT met'} "
+          f"({sum(within)} of {len(within)}); blocks of each: {len(none.spans)} and {len(watched.spans)}")
 
 
 def main() -> int:
@@ -188,18 +268,16 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=30, help="events of each kind")
     parser.add_argument("--kind", choices=("both", "int", "declared"), default="both")
     parser.add_argument("--pages", type=int, default=0, help="live pages open in chromium meanwhile (Playwright)")
+    parser.add_argument("--blocks", type=int, default=1,
+                        help="with --pages: events in this many blocks, pages open in every second one (compare)")
     args = parser.parse_args()
-    int_stages = Stages(["first datagram sent (h2)", "first reported packet leaves the source switch",
-                         "... leaves the sink switch (report cloned)", "collector has the report",
-                         "advisor decision", "h2's agent received the advice", "h2's netlink call done",
-                         "h1's and h2's rates both in force"])
-    declared_stages = Stages(["DeclareDemand sent", "advisor decision", "h2's agent received the advice",
-                              "h2's netlink call done", "h1's and h2's rates both in force"])
+    blocks = max(1, args.blocks) if args.pages else 1
+    conditions = [Condition(0), Condition(args.pages)] if blocks > 1 else [Condition(args.pages)]
     with Testbed(leafspine(), dataplane="soft", name="bench-advice-latency", mode="advice") as tb, \
-            live_pages(tb.live_url, args.pages):
+            browser(tb.live_url, args.pages > 0) as pages:
         h1, h5 = tb.host("h1"), tb.host("h5")
         kinds = ["int", "declared"] if args.kind == "both" else [args.kind]
-        seconds = 6 + args.events * 3 * len(kinds)
+        seconds = 6 + args.events * 3 * len(kinds) + blocks * (PAGE_DRAWS_S * args.pages if args.pages else 0)
         h1.cmd(f"{sys.executable} {SENDER} {h5.IP()} 9000 9000 25 {seconds} > /dev/null &")
         print(f"run directory {tb.run_dir}; background flow h1 -> h5 for up to {seconds} s")
         wait_for(lambda: applied_after(tb.run_dir, "h1", h5.IP(), 0, lambda r: r > 15e6), 10)
@@ -207,28 +285,40 @@ def main() -> int:
         epochs = runfiles.int_clock_epochs(tb.run_dir, list(tb.switches))
         channel = grpc.insecure_channel((tb.run_dir / "controller.addr").read_text().strip())
         stub = pb_grpc.AdviceStub(channel)
-        for event in range(args.events):
-            for kind in kinds:
-                times = int_event(tb, event, epochs) if kind == "int" else declared_event(tb, stub, event)
-                if times is not None:
-                    (int_stages if kind == "int" else declared_stages).add(times)
-                    print(f"{kind:8} event {event:2}: {(times[-1] - times[0]) * 1e3:6.1f} ms", flush=True)
-                # back to one demand: h1 has its whole share again
-                last = time.time()
-                wait_for(lambda s=last: applied_after(tb.run_dir, "h1", h5.IP(), s, lambda r: r > 15e6), 6)
+        per_block = -(-args.events // blocks)
+        for block in range(blocks):
+            condition = conditions[block % 2] if blocks > 1 else conditions[0]
+            with pages(condition.pages):
+                began = tb.now()
+                for event in range(block * per_block, min(args.events, (block + 1) * per_block)):
+                    for kind in kinds:
+                        times = int_event(tb, event, epochs) if kind == "int" else declared_event(tb, stub, event)
+                        if times is not None:
+                            condition.stages[kind].add(times)
+                            print(f"{kind:8} event {event:2} ({condition.pages} pages): "
+                                  f"{(times[-1] - times[0]) * 1e3:6.1f} ms", flush=True)
+                        # back to one demand: h1 has its whole share again
+                        last = time.time()
+                        wait_for(lambda s=last: applied_after(tb.run_dir, "h1", h5.IP(), s, lambda r: r > 15e6), 6)
+                condition.spans.append((began, tb.now()))
         channel.close()
         verdict = tb.verdict(t0, tb.now())
-        lags = [r.max_late_ms for r in read_records(tb.fidelity_path)
-                if r.source == "controller" and r.kind == "loop" and t0 <= r.start]
+        run_dir, fidelity = tb.run_dir, tb.fidelity_path
     print()
-    if int_stages.events:
-        print(int_stages.table("INT-detected flows", GOAL_MEDIAN_MS, GOAL_P99_MS))
-    if declared_stages.events:
-        print(declared_stages.table("declared demands", GOAL_MEDIAN_MS, GOAL_DECLARED_P99_MS))
-    print(f"controller loop lag per 100 ms window ({args.pages} live pages open): median "
-          f"{statistics.median(lags):.2f} ms, p99 {percentile(lags, 99):.2f} ms over {len(lags)} windows")
+    for condition in conditions:
+        for kind, goal_p99 in (("int", GOAL_P99_MS), ("declared", GOAL_DECLARED_P99_MS)):
+            if condition.stages[kind].events:
+                title = "INT-detected flows" if kind == "int" else "declared demands"
+                print(condition.stages[kind].table(f"{title}, {condition.pages} live pages open",
+                                                   GOAL_MEDIAN_MS, goal_p99))
+        lags = condition.lags(fidelity)
+        if lags:
+            print(f"controller loop lag per 100 ms window ({condition.pages} live pages open): median "
+                  f"{statistics.median(lags):.2f} ms, p99 {percentile(lags, 99):.2f} ms over {len(lags)} windows")
+    if len(conditions) == 2:
+        compare(conditions, fidelity, run_dir)
     print(f"fidelity: {verdict.line()}")
-    return 0 if int_stages.events or declared_stages.events else 1
+    return 0 if any(c.stages[k].events for c in conditions for k in c.stages) else 1
 
 
 if __name__ == "__main__":

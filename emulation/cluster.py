@@ -387,7 +387,8 @@ class ServerSpawner:
 
     def stop(self, label: str, proc: subprocess.Popen, grace_s: float = 5.0) -> int:
         pid, start = self.remote.pop(label, (0, "?"))
-        if pid and proc.poll() is None:
+        if pid:  # whether or not its ssh session still runs: a session ended (terminated here, or its
+            # connection lost) leaves the process running on the server, no terminal to hang up
             try:
                 end_remote_process(self.run_dir, self.server, pid, start, grace_s)
             except OSError as exc:

@@ -16,6 +16,7 @@ from emulation.net import Testbed
 from emulation.waiting import wait_until
 from topologies import leafspine
 from wire import runfiles
+from wire.runfiles import process_start_time
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView
 
@@ -28,7 +29,13 @@ RING_FLOOR = 0.30  # tests/integration/test_allreduce.py's: a serialised ring ru
 def fabric():
     with Testbed(leafspine(), dataplane="soft", name="test-cluster-testbed", servers="ns") as tb:
         yield tb
+        started = [(label, pid, start) for spawner in tb.cluster.spawners.values()
+                   for label, (pid, start) in spawner.remote.items()]
     assert not Path(f"/run/netns/{tb.cluster.namespace_servers[0].ns}").exists()
+    # what was started on the server (its switches, its hosts' agents) ended with the testbed (the
+    # namespace server shares this machine's processes: its PIDs are read here)
+    assert {label.split("-")[0] for label, _, _ in started} >= {"switch", "agent"}, started
+    assert [label for label, pid, start in started if process_start_time(pid) == start] == []
 
 
 def netns_inode(pid: int) -> str:
