@@ -37,11 +37,13 @@ from typing import Any
 from mininet.examples.cluster import RemoteLink, RemoteMixin
 from mininet.link import Link
 
-from emulation.nodes import SWITCH_MTU, BMv2Switch, NodeClasses, SoftP4Switch, StarHost, run_checked
+from emulation.nodes import BMv2Switch, NodeClasses, SoftP4Switch, StarHost, run_checked, switch_intf_script
 from emulation.placement import place
 from emulation.rundir import (
+    CONTROL_DIR,
     PROJECT_ROOT,
     START_TIME,
+    control_dir,
     end_namespace_processes,
     end_remote_process,
     record_interfaces,
@@ -53,6 +55,7 @@ from emulation.spawn import Spawner
 from emulation.waiting import wait_until
 from topologies.spec import Topology
 from wire import runfiles
+from wire.realtime import RealtimeError
 
 VXLAN_PORT = 4789  # IANA's
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
@@ -105,26 +108,15 @@ class SshConfig:
         self.path.write_text("\n".join(lines))
 
     def ssh(self, server: str, argv: list[str]) -> list[str]:
-        """argv run on `server` by ssh (as one shell-quoted command line: ssh joins its arguments); whoever
-        runs it calls control_dir() first."""
+        """argv run on `server` by ssh (as one shell-quoted command line: ssh joins its arguments)."""
         return remote_command(self.run_dir, server, argv)
 
     def run(self, server: str, argv: list[str], timeout_s: float = 30.0) -> str:
-        control_dir()
         return run(self.ssh(server, argv), timeout_s)
 
     def close(self, server: str) -> None:
         """End the shared connection to `server` (else its master lingers ControlPersist seconds)."""
         subprocess.run(["ssh", "-F", str(self.path), "-O", "exit", server], capture_output=True, timeout=10)
-
-
-CONTROL_DIR = Path("/run/starnet/ssh")  # the shared connections' sockets (ControlPath), machine-wide
-
-
-def control_dir() -> Path:
-    """CONTROL_DIR, made when a connection is about to be opened (writing a config makes nothing)."""
-    CONTROL_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return CONTROL_DIR
 
 
 def run(argv: list[str], timeout_s: float = 30.0) -> str:
@@ -371,7 +363,6 @@ class ServerSpawner:
         stamp = f"echo $$ $({START_TIME.format(pid='$$')})"
         script = (f"cd {shlex.quote(str(PROJECT_ROOT))} && {mkdir}{stamp} && exec {shlex.join(argv)} >> {out} 2>&1 "
                   "< /dev/null")
-        control_dir()
         proc = subprocess.Popen(self.ssh.ssh(self.server, ["sh", "-c", script]), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         words = _read_line(proc, timeout_s).split()
@@ -402,9 +393,24 @@ class ServerSpawner:
         return status
 
     def command_prefix(self, shared: bool = True) -> list[str]:
-        if shared:
-            control_dir()
         return remote_prefix(self.run_dir, self.server, shared)
+
+    def promote(self, label: str, proc: subprocess.Popen, priority: int) -> None:
+        """chrt on the server, every thread of the process recorded under `label` (its start time
+        checked first: a PID reused since is left alone)."""
+        pid, start = self.remote.get(label, (0, "?"))
+        if not pid:
+            raise RealtimeError(f"{self.server}: no process {label} started here")
+        check = f'[ "$({START_TIME.format(pid=pid)} 2>/dev/null)" = {shlex.quote(start)} ]'
+        try:
+            self.ssh.run(self.server, ["sh", "-c", f"{check} || {{ echo {label} has ended; exit 3; }}; "
+                                                   f"chrt --fifo --all-tasks --pid {int(priority)} {pid}"])
+        except ClusterError as exc:
+            raise RealtimeError(f"{label} (pid {pid} on {self.server}): cannot set SCHED_FIFO {priority}: {exc}") \
+                from None
+
+    def placed(self, label: str, proc: subprocess.Popen) -> tuple[Spawner, int]:
+        return self, self.remote[label][0]
 
 
 def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
@@ -458,10 +464,7 @@ class ClusterSwitchMixin(ClusterNodeMixin):
         if not self.isRemote:
             super().prepare_intf(name)
             return
-        q = shlex.quote(name)
-        out = self.cmd(f"ethtool -K {q} tx off tso off gso off gro off >/dev/null 2>&1; "
-                       f"echo 1 2>/dev/null > /proc/sys/net/ipv6/conf/{q}/disable_ipv6; "
-                       f"ip link set {q} mtu {SWITCH_MTU} 2>&1 && echo ok")
+        out = self.cmd(switch_intf_script(name))
         if not out.strip().endswith("ok"):
             raise ClusterError(f"{self.server}: port {name} of {self.name}: {out.strip()}")
 
@@ -510,6 +513,16 @@ class ClusterSpawner:
 
     def command_prefix(self, shared: bool = True) -> list[str]:
         return self.local.command_prefix(shared)
+
+    def promote(self, label: str, proc: subprocess.Popen, priority: int) -> None:
+        self._started_by.get(label, self.local).promote(label, proc, priority)
+
+    def placed(self, label: str, proc: subprocess.Popen) -> tuple[Spawner, int]:
+        return self._started_by.get(label, self.local).placed(label, proc)
+
+    @property
+    def server(self) -> str:
+        return self.local.server
 
 
 class Cluster:

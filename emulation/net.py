@@ -60,7 +60,7 @@ from wire import runfiles
 from wire.adviceclient import channel
 from wire.fidelity import create_file
 from wire.p4info import DEFAULT_P4INFO, P4Schema
-from wire.realtime import DEFAULT_PRIORITY, WATCHDOG_PRIORITY, RealtimeError, promote, this_thread_at
+from wire.realtime import DEFAULT_PRIORITY, WATCHDOG_PRIORITY, RealtimeError, this_thread_at
 from wire.runfiles import record_pid
 
 CONTROLLER_READY_S = 60.0
@@ -171,7 +171,7 @@ class Testbed:
         self._schemas: dict[Path, P4Schema] = {}  # P4Info file -> its schema (schema_of)
         self._allowed_cc_before: str | None = None  # the root namespace's list, if this testbed changed it
         self.cpu: cpuuse.CpuSampler | None = None  # cpu.csv: where the CPU goes, per window
-        self.rtwatch: subprocess.Popen | None = None  # the real-time switches' watchdog
+        self.rtwatch: dict[str, tuple[Spawner, subprocess.Popen]] = {}  # the real-time watchdog of each machine
 
     # ---- bring-up ----------------------------------------------------------------------------
     def start(self) -> Testbed:
@@ -355,33 +355,48 @@ class Testbed:
         windows faithful); at the switches' priority p99 3, no drop, 93% faithful; one below, p99
         1, no drop, 95% faithful, loop lag <= 19 ms."""
         self._end_rtwatch()
-        watched = {name: (sw.process.proc.pid, self.run_dir / runfiles.switch_log(name))
-                   for name, sw in self.switches.items()
-                   if sw.process.proc is not None and sw.process.scheduling.startswith("fifo")}
+        # what each machine's watchdog watches: name → (its spawner there, PID there, log)
+        watched: dict[str, dict[str, tuple[Spawner, int, Path]]] = {}
+
+        def watch(spawner: Spawner, label: str, proc: subprocess.Popen, name: str, log: Path) -> None:
+            there, pid = spawner.placed(label, proc)
+            watched.setdefault(there.server, {})[name] = (there, pid, log)
+
+        for name, sw in self.switches.items():
+            if sw.process.proc is not None and sw.process.scheduling.startswith("fifo"):
+                watch(sw.process.spawner, f"switch-{name}", sw.process.proc, name,
+                      self.run_dir / runfiles.switch_log(name))
         if not watched:
             return  # the switches could not be promoted (not root): nor can the rest
         assert self.controller is not None
-        control = {"controller": (self.controller.pid, self.run_dir / runfiles.CONTROLLER_LOG),
-                   **{name: (proc.pid, self.run_dir / runfiles.HOSTAGENTS / f"{name}.log")
+        control = {"controller": ("controller", self.controller, self.run_dir / runfiles.CONTROLLER_LOG),
+                   **{name: (f"agent-{name}", proc, self.run_dir / runfiles.HOSTAGENTS / f"{name}.log")
                       for name, proc in self.agents.items()}}
-        for name, (pid, _) in control.items():
-            if self._to_control_priority(name, pid):
-                watched[name] = control[name]
-        log_path = self.run_dir / runfiles.RTWATCH_LOG
-        rtwatch = self.rtwatch = self.spawner.start(
-            "rtwatch", [sys.executable, "-m", "emulation.rtwatch",
-                        *[f"--watch={name}={pid}={log}" for name, (pid, log) in watched.items()]],
-            log_path, new_session=True)
+        for name, (label, proc, log) in control.items():
+            if self._to_control_priority(label, proc):
+                watch(self.spawner, label, proc, name, log)
+        # a watchdog per machine, on it (a runaway starves that machine's CPUs, not this one's)
+        for server, processes in sorted(watched.items()):
+            self._start_rtwatch(server, processes)
+
+    def _start_rtwatch(self, server: str, processes: dict[str, tuple[Spawner, int, Path]]) -> None:
+        spawner = next(iter(processes.values()))[0]
+        label = "rtwatch" if server == "localhost" else f"rtwatch-{server}"
+        log_path = self.run_dir / (runfiles.RTWATCH_LOG if server == "localhost" else f"rtwatch-{server}.log")
+        watches = [f"--watch={name}={pid}={log}" for name, (_, pid, log) in processes.items()]
+        rtwatch = spawner.start(label, [sys.executable, "-m", "emulation.rtwatch", *watches], log_path,
+                                new_session=True)
+        self.rtwatch[label] = (spawner, rtwatch)
         # Its own start-up at its priority too: a runaway from the first moment must not starve it.
-        promote(rtwatch.pid, WATCHDOG_PRIORITY)
+        spawner.promote(label, rtwatch, WATCHDOG_PRIORITY)
         if not wait_until(lambda: "watching" in log_path.read_text() or rtwatch.poll() is not None, 10.0) \
                 or rtwatch.poll() is not None:
-            raise TestbedError(f"the real-time watchdog did not start:\n{log_tail(log_path)}")
+            raise TestbedError(f"the real-time watchdog on {server} did not start:\n{log_tail(log_path)}")
 
     def _end_rtwatch(self) -> None:
-        if self.rtwatch is not None:
-            self.spawner.stop("rtwatch", self.rtwatch)
-            self.rtwatch = None
+        for label, (spawner, proc) in self.rtwatch.items():
+            spawner.stop(label, proc)
+        self.rtwatch = {}
 
     def _start_controller(self) -> None:
         log_path = self.run_dir / runfiles.CONTROLLER_OUT
@@ -494,14 +509,14 @@ class Testbed:
         that blindness as a stall of the flow it watched."""
         proc = self.spawner.start(label, argv, log)
         if self.realtime_priority:
-            self._to_control_priority(label, proc.pid)
+            self._to_control_priority(label, proc)
         return proc
 
-    def _to_control_priority(self, label: str, pid: int) -> bool:
-        """`pid` at SCHED_FIFO one below the switches (the control plane's priority); False, said on
-        the console, where it may not be."""
+    def _to_control_priority(self, label: str, proc: subprocess.Popen) -> bool:
+        """The process started under `label` at SCHED_FIFO one below the switches (the control plane's
+        priority), on its machine; False, said on the console, where it may not be."""
         try:
-            promote(pid, max(1, self.realtime_priority - 1))
+            self.spawner.promote(label, proc, max(1, self.realtime_priority - 1))
         except RealtimeError as exc:
             info(f"*** {label} stays at normal priority: {exc}\n")
             return False

@@ -65,12 +65,18 @@ def quiet(cmd: list[str]) -> None:
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
 
+def switch_intf_script(name: str) -> str:
+    """The shell commands that prepare a switch port, here or on another server (emulation/cluster.py):
+    offloads off (a frame read by AF_PACKET must be complete), IPv6 off, MTU 9000 (INT makes a
+    full-sized frame longer than 1500 bytes); "ok" last when the MTU was taken, else ip's error."""
+    q = shlex.quote(name)
+    return (f"ethtool -K {q} tx off tso off gso off gro off >/dev/null 2>&1; "
+            f"echo 1 2>/dev/null > /proc/sys/net/ipv6/conf/{q}/disable_ipv6; "
+            f"ip link set {q} mtu {SWITCH_MTU} 2>&1 && echo ok")
+
+
 def prepare_switch_intf(name: str) -> None:
-    """Offloads off (a frame read by AF_PACKET must be complete), IPv6 off, MTU 9000 (INT makes a
-    full-sized frame longer than 1500 bytes)."""
-    quiet(["ethtool", "-K", name, "tx", "off", "tso", "off", "gso", "off", "gro", "off"])
-    quiet(["ip", "link", "set", name, "mtu", str(SWITCH_MTU)])
-    _no_ipv6(name)
+    quiet(["sh", "-c", switch_intf_script(name)])
 
 
 class P4Switch(Switch):

@@ -105,11 +105,23 @@ def end_namespace_processes(netns: str, grace_s: float = 1.0) -> list[int]:
 START_TIME = "awk '{{sub(/.*\\) /, \"\"); print $20}}' /proc/{pid}/stat"  # field 22: the 20th after "(comm) "
 
 
+CONTROL_DIR = Path("/run/starnet/ssh")  # the shared ssh connections' sockets (ControlPath), machine-wide
+
+
+def control_dir() -> Path:
+    """CONTROL_DIR, made when a connection is about to be opened (writing a config makes nothing)."""
+    CONTROL_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return CONTROL_DIR
+
+
 def remote_prefix(run_dir: Path, server: str, shared: bool = True) -> list[str]:
     """The argv prefix that runs one shell command line on a server of the run's cluster by ssh, with
     the run's ssh_config (emulation/cluster.py writes it). shared: over the server's one shared
-    connection (a command costs a round trip); False, a connection of its own — for a stream that
-    lives as long as the run (the shared connection's master would hold its pipes open after it ends)."""
+    connection (a command costs a round trip; CONTROL_DIR made for its socket); False, a connection of
+    its own — for a stream that lives as long as the run (the shared connection's master would hold
+    its pipes open after it ends)."""
+    if shared:
+        control_dir()
     return ["ssh", "-F", str(run_dir / runfiles.SSH_CONFIG), *([] if shared else ["-S", "none"]), server, "--"]
 
 

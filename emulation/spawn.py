@@ -2,9 +2,10 @@
 
 `Spawner` is that interface: start a process — in the root namespace, or inside a Mininet host's
 namespaces — with its output in a log file, recorded in the run directory (pids/<label>.pid, with
-its start time) so `make clean` ends it if the run dies; stop it (SIGTERM, SIGKILL after a grace
-period, reaped, its record removed). `LocalSpawner` runs processes on this machine; a placement on
-other machines (cluster mode) implements the same two calls. Switch processes, the controller, the
+its start time) so `make clean` ends it if the run dies; put it under real-time scheduling
+(`promote`); stop it (SIGTERM, SIGKILL after a grace period, reaped, its record removed).
+`LocalSpawner` runs processes on this machine; a placement on other machines (cluster mode,
+emulation/cluster.py) implements the same calls. Switch processes, the controller, the
 real-time watchdog, host agents, samplers and workload ranks all start and stop here.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from emulation.rundir import stop_process
+from wire.realtime import promote
 from wire.runfiles import forget_pid, record_pid
 
 
@@ -43,6 +45,21 @@ class Spawner(Protocol):
     def command_prefix(self, shared: bool = True) -> list[str]:
         """The argv prefix that runs one shell command line in the root namespace where start() starts
         processes: [] for this machine's; ssh for another server's (emulation/rundir.remote_prefix)."""
+        ...
+
+    def promote(self, label: str, proc: subprocess.Popen, priority: int) -> None:
+        """Every thread of the process started under `label` at SCHED_FIFO `priority`, on its machine;
+        wire.realtime.RealtimeError when it may not be."""
+        ...
+
+    def placed(self, label: str, proc: subprocess.Popen) -> tuple[Spawner, int]:
+        """The spawner of the machine the process runs on (its `server`: "localhost" for this one) and
+        its PID there (the real-time watchdog watches it on that machine)."""
+        ...
+
+    @property
+    def server(self) -> str:
+        """The machine start() starts processes on ("localhost": this one)."""
         ...
 
 
@@ -78,3 +95,13 @@ class LocalSpawner:
 
     def command_prefix(self, shared: bool = True) -> list[str]:
         return []
+
+    def promote(self, label: str, proc: subprocess.Popen, priority: int) -> None:
+        promote(proc.pid, priority)
+
+    def placed(self, label: str, proc: subprocess.Popen) -> tuple[Spawner, int]:
+        return self, proc.pid
+
+    @property
+    def server(self) -> str:
+        return "localhost"

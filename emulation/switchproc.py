@@ -27,7 +27,7 @@ from wire import faultsfile, runfiles
 from wire.cpu import CPU_PORT
 from wire.fidelity import BMV2_RATE_PKT_BYTES
 from wire.proto import p4r, p4r_grpc
-from wire.realtime import RealtimeError, promote
+from wire.realtime import RealtimeError
 
 FIDELITY_CSV = runfiles.FIDELITY
 READY_TIMEOUT_S = 30.0
@@ -175,11 +175,8 @@ class SwitchProcess:
         assert self.proc is not None
         if not self.realtime_priority:
             return
-        if self.remote:  # the PID here is the ssh session's, not the switch's
-            self.scheduling = "other (on another server)"
-            return
-        try:
-            promote(self.proc.pid, self.realtime_priority)
+        try:  # on its machine (a remote switch's PID here is its ssh session's: its spawner knows its own)
+            self.spawner.promote(f"switch-{self.name}", self.proc, self.realtime_priority)
             self.scheduling = f"fifo {self.realtime_priority}"
         except RealtimeError as exc:
             self.scheduling = f"other ({exc})"

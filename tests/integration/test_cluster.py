@@ -121,7 +121,11 @@ def test_a_switch_on_the_server_answers_p4runtime_through_an_ssh_forwarded_socke
         forward.start()
         switch.wait_ready()  # Capabilities answered through the forward
         info = switch.describe()
-        assert info["grpc"] == forward.address and info["scheduling"] == "other (on another server)"
+        # promoted on the server, by its PID there: every thread of the switch, not the ssh session here
+        assert info["grpc"] == forward.address and info["scheduling"] == "fifo 20"
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        assert tasks and all(os.sched_getscheduler(int(t.name)) == os.SCHED_FIFO for t in tasks)
+        assert switch.proc is not None and os.sched_getscheduler(switch.proc.pid) == os.SCHED_OTHER
         assert info["remote"] == ["ssh", "-F", str(server.ssh.path), "-S", "none", server.name, "--"]
         # the prefix the controller's port-status stream uses runs a command line on the server
         done = subprocess.run([*info["remote"], "readlink /proc/self/ns/net"], capture_output=True, text=True,

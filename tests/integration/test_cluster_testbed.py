@@ -54,12 +54,21 @@ def test_the_fabric_is_split_between_both_servers(fabric):
     info = json.loads((fabric.run_dir / runfiles.SWITCHES).read_text())["switches"]
     ns = f"net:[{Path(f'/run/netns/{cluster.namespace_servers[0].ns}').stat().st_ino}]"
     for name, sw in info.items():
+        assert sw["scheduling"].startswith("fifo"), (name, sw["scheduling"])  # real-time on either server
         if where[name] == "srv2":
             assert sw["grpc"].startswith("unix:") and sw["remote"][-2:] == ["srv2", "--"]
             pid, _ = cluster.spawners["srv2"].remote[f"switch-{name}"]
             assert netns_inode(pid) == ns  # it runs on the server
+            assert os.sched_getscheduler(pid) == os.SCHED_FIFO  # promoted there, by its PID there
         else:
             assert sw["grpc"].startswith("127.0.0.1:") and "remote" not in sw
+    # the control plane's processes on the server too, and a watchdog on each server watching its own
+    agents = {label: pid for label, (pid, _) in cluster.spawners["srv2"].remote.items() if label.startswith("agent-")}
+    assert agents and all(os.sched_getscheduler(pid) == os.SCHED_FIFO for pid in agents.values()), agents
+    assert set(fabric.rtwatch) == {"rtwatch", "rtwatch-srv2"}
+    watching = (fabric.run_dir / "rtwatch-srv2.log").read_text().split("(")[0].removeprefix("watching ").split(", ")
+    there = sorted(node for node, server in where.items() if server == "srv2")
+    assert sorted(w.strip() for w in watching) == there, (watching, there)  # its switches and its hosts' agents
     crossing = [link for link in fabric.topo.links if where[link.a] != where[link.b]]
     assert crossing
     link = crossing[0]
