@@ -53,6 +53,7 @@ from workloads.hosts import BackgroundJob, Endpoint, JobError, LocalSpawner, Spa
 
 DEFAULT_MASTER_PORT = 29500  # torch.distributed's
 POLL_S = 0.1
+KILLED_S = 2.0  # a group sent SIGKILL is waited for this long to be gone
 PROGRESS_S = 5.0
 TAIL_LINES = 5
 OK, FAILED, ENDED, TIMEOUT = "ok", "failed", "ended", "timeout"
@@ -251,6 +252,11 @@ def end_groups(procs: list[subprocess.Popen], grace_s: float) -> None:
         _signal_group(pgid, signal.SIGKILL)
     for p in procs:
         p.wait()
+    deadline = time.monotonic() + KILLED_S  # what SIGKILL hit: gone before the job says it ended
+    while alive and time.monotonic() < deadline:
+        alive = [pgid for pgid in alive if _signal_group(pgid, 0)]
+        if alive:
+            time.sleep(POLL_S)
 
 
 class CommandJob:
