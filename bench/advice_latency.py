@@ -167,7 +167,6 @@ def declared_event(tb: Testbed, stub: pb_grpc.AdviceStub, event: int) -> list[fl
             max(float(a2["applied"]), float(a1["applied"]))]
 
 
-@contextmanager
 def descendants(pid: int) -> list[int]:
     """Every process under `pid` (/proc/<pid>/task/*/children)."""
     found, todo = [], [pid]
@@ -182,6 +181,7 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+@contextmanager
 def browser(url: str | None, needed: bool, niceness: int = 0) -> Iterator[Callable[[int], Any]]:
     """Debian's chromium (Playwright) while the block runs, if `needed`, at `niceness` (the renderers
     it forks later inherit it); yields `pages(n)`: a context in which n live pages are open on `url`,

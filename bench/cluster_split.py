@@ -8,10 +8,12 @@ every leaf–spine link a VXLAN tunnel). On each: the RTT of a host pair whose p
 (h1 → h5: on two servers, through a tunnel), one iperf3 TCP flow on that path, and an 8-rank ring
 all-reduce — each with the fidelity verdict of its own time. Goals (issue "Cluster mode"): the flow
 across servers at >= 90% of the link's shaped rate, the tunnel adding <= 0.5 ms of RTT, the
-all-reduce's busbw within 10% of the one-server figure. The namespace server shares this machine's
-2 cores: the split fabric has no more CPU than the whole one, so this measures the tunnels and the
-SSH-reached control, not the capacity a second machine adds. Results: cluster_split.json in the
-current directory.
+all-reduce's busbw within 10% of the one-server figure. The split run's timing is also judged per
+server (the switches on each). The namespace server shares this machine's 2 cores: the split fabric
+has no more CPU than the whole one, so this measures the tunnels and the SSH-reached control, not
+the capacity a second machine adds. `--topo fattree --capacity-mbps 20`: the k=4 fat-tree instead
+(the pair h1 → h9 crosses its core; the ring over its 16 hosts), at the link rate given. Results:
+cluster_split.json in the current directory.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,12 +32,12 @@ sys.path.insert(0, str(ROOT))
 
 from emulation.net import Testbed  # noqa: E402
 from emulation.traffic import iperf3_tcp  # noqa: E402
-from topologies import leafspine  # noqa: E402
+from topologies import fattree, leafspine  # noqa: E402
+from topologies.spec import Topology  # noqa: E402
 from workloads.allreduce.job import JobSpec, run_job  # noqa: E402
 from workloads.fabric import FabricView  # noqa: E402
 
-PAIR = ("h1", "h5")  # under different leaves: on two servers, the path crosses a tunnel
-ALL = [f"h{i}" for i in range(1, 9)]
+PAIRS = {"leafspine": ("h1", "h5"), "fattree": ("h1", "h9")}  # across the spines / the core: a tunnel when split
 GOAL_RATE = 0.90  # of the link's shaped rate
 GOAL_RTT_MS = 0.5  # added by crossing servers
 GOAL_BUSBW = 0.90  # of the one-server figure
@@ -49,29 +52,43 @@ def rtt_ms(tb: Testbed, a: str, b: str, count: int = 100) -> float:
     return statistics.median(times)
 
 
-def measure(servers: str | None, seconds: int, size_mb: int, run: int) -> dict:
+def measure(make: Callable[[], Topology], pair: tuple[str, str], servers: str | None, seconds: int, size_mb: int,
+            run: int) -> dict:
     name = f"bench-cluster-{servers or 'one'}"
-    with Testbed(leafspine(), dataplane="soft", name=name, mode="none", servers=servers) as tb:
+    topo = make()
+    hosts = [h.name for h in topo.hosts]
+    with Testbed(topo, dataplane="soft", name=name, mode="none", servers=servers) as tb:
+        on: dict[str, list[str]] = {}
+        if tb.cluster is not None:
+            for node, server in tb.cluster.server_of.items():
+                on.setdefault(server, []).append(node)
         where = "one server" if servers is None else (
-            "two servers (on srv2: " + ", ".join(sorted(n for n, s in tb.cluster.server_of.items()  # type: ignore[union-attr]
-                                                         if s != "localhost")) + ")")
+            "two servers (on srv2: " + ", ".join(sorted(on.get("srv2", []))) + ")")
         print(f"run {run}, {where}: {tb.run_dir}", flush=True)
-        link = tb.topo.host_link(PAIR[0]).capacity_mbps
+        link = tb.topo.host_link(pair[0]).capacity_mbps
         t0 = tb.now()
-        rtt = rtt_ms(tb, *PAIR)
-        rate, _ = iperf3_tcp(tb.host(PAIR[0]), tb.host(PAIR[1]), seconds=seconds, port=5201 + run)
+        rtt = rtt_ms(tb, *pair)
+        rate, _ = iperf3_tcp(tb.host(pair[0]), tb.host(pair[1]), seconds=seconds, port=5201 + run)
         path_verdict = tb.verdict(t0, tb.now())
         t1 = tb.now()
-        outcome = run_job(JobSpec(hosts=ALL, sizes=[size_mb << 20], algo="ring", iters=3, warmup=1,
+        outcome = run_job(JobSpec(hosts=hosts, sizes=[size_mb << 20], algo="ring", iters=3, warmup=1,
                                   name=f"ring-{run}"), FabricView.of_testbed(tb), progress=None)
-        ring_verdict = tb.verdict(t1, tb.now())
+        t2 = tb.now()
+        ring_verdict = tb.verdict(t1, t2)
         (result,) = outcome.results
         figures = {"servers": servers or "one", "rtt_ms": rtt, "rate_mbps": rate, "link_mbps": link,
                    "busbw_mbps": result.busbw_gbs * 8e3, "wrong": outcome.wrong,
                    "path_faithful": path_verdict.fraction, "ring_faithful": ring_verdict.fraction}
-        print(f"  RTT {PAIR[0]} -> {PAIR[1]} {rtt:.3f} ms; iperf3 {rate:.2f} of {link:g} Mbit/s; {path_verdict.line()}")
-        print(f"  ring all-reduce, 8 ranks, {size_mb} MB: busbw {figures['busbw_mbps']:.2f} Mbit/s, "
+        print(f"  RTT {pair[0]} -> {pair[1]} {rtt:.3f} ms; iperf3 {rate:.2f} of {link:g} Mbit/s; {path_verdict.line()}")
+        print(f"  ring all-reduce, {len(hosts)} ranks, {size_mb} MB: busbw {figures['busbw_mbps']:.2f} Mbit/s, "
               f"{outcome.wrong} wrong; {ring_verdict.line()}", flush=True)
+        for server, nodes in sorted(on.items()):  # the ring's timing judged on each server's switches
+            switches = sorted(n for n in nodes if tb.topo.is_switch(n))
+            per = tb.verdict(t1, t2, switches)
+            figures[f"ring_faithful_{server}"] = per.fraction
+            print(f"    on {server} ({len(switches)} switches): timing held in {100 * per.fraction:.1f}% of "
+                  f"{len(per.windows)} windows" + (f"; worst {per.worst_ms:.1f} ms on {per.worst_source}"
+                                                   if per.worst_source else ""), flush=True)
         return figures
 
 
@@ -80,13 +97,18 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=10, help="iperf3's duration (default 10)")
     parser.add_argument("--size-mb", type=int, default=8, help="the all-reduce's size (default 8)")
+    parser.add_argument("--topo", choices=sorted(PAIRS), default="leafspine",
+                        help="the default leaf-spine, or the k=4 fat-tree (default leafspine)")
+    parser.add_argument("--capacity-mbps", type=float, default=None, help="every link's rate (default: the topology's)")
     args = parser.parse_args()
     if args.runs < 1 or args.seconds < 1 or args.size_mb < 1:
         parser.error("--runs, --seconds and --size-mb must be >= 1")
+    rate = {} if args.capacity_mbps is None else {"capacity_mbps": args.capacity_mbps}
+    make = (lambda: leafspine(**rate)) if args.topo == "leafspine" else (lambda: fattree(4, **rate))
     rows: list[dict] = []
     for run in range(1, args.runs + 1):
         for servers in (None, "ns"):
-            rows.append(measure(servers, args.seconds, args.size_mb, run))
+            rows.append(measure(make, PAIRS[args.topo], servers, args.seconds, args.size_mb, run))
             time.sleep(1)
     Path("cluster_split.json").write_text(json.dumps(rows, indent=1))
     one = [r for r in rows if r["servers"] == "one"]
