@@ -50,6 +50,7 @@ from emulation.rundir import (
     record_netns,
     remote_command,
     remote_prefix,
+    still_running,
 )
 from emulation.spawn import Spawner
 from emulation.waiting import wait_until
@@ -401,10 +402,10 @@ class ServerSpawner:
         pid, start = self.remote.get(label, (0, "?"))
         if not pid:
             raise RealtimeError(f"{self.server}: no process {label} started here")
-        check = f'[ "$({START_TIME.format(pid=pid)} 2>/dev/null)" = {shlex.quote(start)} ]'
+        script = (f"{still_running(pid, start)} || {{ echo {label} has ended; exit 3; }}; "
+                  f"chrt --fifo --all-tasks --pid {int(priority)} {pid}")
         try:
-            self.ssh.run(self.server, ["sh", "-c", f"{check} || {{ echo {label} has ended; exit 3; }}; "
-                                                   f"chrt --fifo --all-tasks --pid {int(priority)} {pid}"])
+            self.ssh.run(self.server, ["sh", "-c", script])
         except ClusterError as exc:
             raise RealtimeError(f"{label} (pid {pid} on {self.server}): cannot set SCHED_FIFO {priority}: {exc}") \
                 from None

@@ -131,10 +131,16 @@ def remote_command(run_dir: Path, server: str, argv: list[str]) -> list[str]:
     return [*remote_prefix(run_dir, server), shlex.join(argv)]
 
 
+def still_running(pid: int, start: str) -> str:
+    """A shell test, true while `pid` on the server it runs on is the process started at `start`
+    (a PID reused since fails it)."""
+    return f'[ "$({START_TIME.format(pid=pid)} 2>/dev/null)" = {shlex.quote(start)} ]'
+
+
 def end_remote_process(run_dir: Path, server: str, pid: int, start: str, grace_s: float = 2.0) -> bool:
     """end_process on a server of the run's cluster (over SSH): True if the process recorded was there.
     OSError if the server cannot be reached."""
-    check = f'[ "$({START_TIME.format(pid=pid)} 2>/dev/null)" = {shlex.quote(start)} ]'
+    check = still_running(pid, start)
     script = (f"{check} || exit 3; kill -TERM {pid}; i=0; while {check} && [ $i -lt {int(grace_s * 20)} ]; "
               f"do sleep 0.05; i=$((i+1)); done; {check} && kill -KILL {pid}; exit 0")
     try:
