@@ -15,8 +15,10 @@ APT_PACKAGES += openmpi-bin python3-mpi4py
 APT_PACKAGES += chromium
 # Cluster mode: a server's sshd (the test's second server is a namespace running one; on a systemd
 # machine installing openssh-server also starts it there) and sudo, through which Mininet's cluster
-# engine runs every command on a server
-APT_PACKAGES += openssh-server sudo
+# engine runs every command on a server; bindfs, through which the namespace server sees the run
+# directory as a second machine sees it over NFS (a file system of another kind: no Unix socket of this
+# machine is reached through it)
+APT_PACKAGES += openssh-server sudo bindfs
 # The live page's libraries (Cytoscape.js, uPlot), from the npm registry as web/package-lock.json pins them
 WEB_LIBS := web/node_modules/.package-lock.json
 TOPO ?= leafspine

@@ -200,7 +200,8 @@ class Controller:
                 self.collector.flush()
 
     async def run(self) -> None:
-        server, socket_dir = await start_server(self.run_dir, self.collector, self.advice, self)
+        server, socket_dir = await start_server(self.run_dir, self.collector, self.advice, self,
+                                                self.options.api_socket)
         if self.options.metrics_port is not None or self.options.web_port is not None:
             loop = asyncio.get_running_loop()
             self.front = Front(self.run_dir, lambda histograms: on_loop(loop, lambda: self.fabric_state(histograms))(),

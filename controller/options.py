@@ -26,6 +26,7 @@ class ControllerOptions:
     hold_down_s: float = 0.5  # a failed link returns to service after probes crossed it this long
     metrics_port: int | None = 0  # Prometheus /metrics on 127.0.0.1 (0: a free port; None: not served)
     web_port: int | None = 0  # the live page on 127.0.0.1 (0: a free port; None: not served)
+    api_socket: Path | None = None  # the advice API's Unix socket (None: <run dir>/controller.sock)
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +55,9 @@ class ControllerOptions:
                                  "run directory's live.addr; -1: not served)")
         parser.add_argument("--fidelity-file", type=Path,
                             help="append event-loop lag and BMv2 switches' lateness (from INT) per 100 ms window here")
+        parser.add_argument("--api-socket", type=Path, metavar="PATH",
+                            help="serve the advice API on this Unix socket (default: the run directory's "
+                                 "controller.sock; cluster mode: a path every server forwards to it)")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ControllerOptions:
@@ -72,4 +76,4 @@ class ControllerOptions:
                    fidelity_file=args.fidelity_file, probe_s=args.probe_ms / 1000, probe_misses=args.probe_misses,
                    hold_down_s=args.hold_down_ms / 1000,
                    metrics_port=None if args.metrics_port < 0 else args.metrics_port,
-                   web_port=None if args.web_port < 0 else args.web_port)
+                   web_port=None if args.web_port < 0 else args.web_port, api_socket=args.api_socket)

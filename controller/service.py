@@ -153,12 +153,12 @@ class AdviceService(pb_grpc.AdviceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
 
-async def start_server(run_dir: Path, collector: Collector, loop: AdviceLoop,
-                       faults: Faults | None = None) -> tuple[grpc.aio.Server, Path | None]:
-    """Serve the API on unix:<run_dir>/controller.sock (or in a short temporary directory when that
-    path is too long for a Unix socket: that directory is returned second, for the caller to remove); the
-    address used is written to <run_dir>/controller.addr."""
-    path, short = runfiles.unix_socket_path(run_dir / SOCKET_NAME)
+async def start_server(run_dir: Path, collector: Collector, loop: AdviceLoop, faults: Faults | None = None,
+                       socket_path: Path | None = None) -> tuple[grpc.aio.Server, Path | None]:
+    """Serve the API on unix:<run_dir>/controller.sock, or `socket_path` (or in a short temporary directory
+    when that path is too long for a Unix socket: that directory is returned second, for the caller to
+    remove); the address used is written to <run_dir>/controller.addr."""
+    path, short = runfiles.unix_socket_path(socket_path or run_dir / SOCKET_NAME)
     server = grpc.aio.server()
     pb_grpc.add_AdviceServicer_to_server(AdviceService(collector, loop, faults), server)
     path.unlink(missing_ok=True)

@@ -12,14 +12,19 @@ and a second server on this machine for tests — on Mininet's own cluster engin
   moved, as gretap is. Its MTU is the underlay's less VXLAN's 50 bytes; `VxlanLink` refuses a
   fabric MTU larger than that (an INT frame that does not fit would be dropped silently on the way).
 - `NamespaceServer`: a "server" on this machine — a network namespace of the run's own, joined to the
-  root namespace by a veth, with its own sshd bound to its address there — so the cluster code runs
-  exactly as across two machines (the same SSH, the same tunnels), in `make test`. Everything it
-  makes is recorded in the run directory (the namespace, the veth, sshd's PID): `make clean` ends it.
+  root namespace by a veth, with its own sshd bound to its address there, its own PIDs and its own
+  /run/starnet, and the run directory seen through bindfs (FUSE) as over NFS — so the cluster code runs
+  exactly as across two machines (the same SSH, the same tunnels; no PID, no Unix socket of this machine
+  reached there), in `make test`. Everything it makes is recorded in the run directory (the namespace,
+  the veth, sshd's PID): `make clean` ends it, and all that runs there with it.
 - `Cluster`: the testbed's fabric over servers (emulation/net.py, `servers=`): where each node runs
   (emulation/placement.py), the Mininet node classes for it (`CLUSTER_NODES`: a node on another server
   runs its shell there; a switch there prepares its ports there, serves P4Runtime on a Unix socket there,
   reached here through `SocketForward`), and `ClusterSpawner`, which starts a host's processes on the
-  host's server.
+  host's server and shares a Unix socket served here (the controller's advice API, a job's control socket)
+  at the same path on every server (`ssh -R`, in `cluster_sockets`: /run/starnet/cluster-<run>/).
+  Servers need the project (with its venv) at the same path and the run directory shared, as NFS
+  shares it: the servers' processes write their logs and records there; `Cluster.start` checks it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,11 +58,12 @@ from emulation.rundir import (
     remote_prefix,
     still_running,
 )
-from emulation.spawn import Spawner
+from emulation.spawn import LocalSpawner, Spawner
 from emulation.waiting import wait_until
 from topologies.spec import Topology
 from wire import runfiles
 from wire.realtime import RealtimeError
+from wire.runfiles import RUN_STARNET, cluster_sockets
 
 VXLAN_PORT = 4789  # IANA's
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
@@ -260,6 +267,9 @@ class NamespaceServer:
     def start(self, timeout_s: float = 10.0) -> Server:
         if shutil.which("sshd") is None and not Path(SSHD).exists():
             raise ClusterError("sshd not found: the namespace server needs openssh-server (make deps installs it)")
+        if shutil.which("bindfs") is None:
+            raise ClusterError("bindfs not found: the namespace server sees the run directory through it "
+                               "(make deps installs it)")
         if Path(f"/run/netns/{self.ns}").exists() or Path(f"/sys/class/net/{self.uplink}").exists():
             raise ClusterError(f"{self.ns} or {self.uplink} exists already: another run's namespace server "
                                "(`make clean` ends it if that run is gone)")
@@ -295,14 +305,24 @@ class NamespaceServer:
         config.write_text("\n".join([
             f"ListenAddress {self.address}", f"HostKey {host_key}", f"AuthorizedKeysFile {authorized}",
             "PermitRootLogin prohibit-password", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
-            "UsePAM no", "StrictModes no", "AllowTcpForwarding local", "StreamLocalBindUnlink yes",
+            "UsePAM no", "StrictModes no", "AllowTcpForwarding yes", "PermitListen none", "StreamLocalBindUnlink yes",
             "X11Forwarding no", "PermitTunnel no", f"PidFile {d / 'sshd.pid'}",
             # every node's shell on this server is a session of the one shared connection (OpenSSH's
             # default of 10 refused a fabric's 11th node)
             "MaxSessions 256", ""]))
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-        self.sshd = sshd = self.spawner.start(f"sshd-{self.name}", ["ip", "netns", "exec", self.ns, SSHD, "-D", "-e",
-                                                                    "-f", str(config)], log=d / "sshd.log")
+        RUN_STARNET.mkdir(parents=True, exist_ok=True)
+        # A machine of its own but for the disk: its own network, its own PIDs (sshd their first: when it
+        # ends, so does all that runs there), its own /run/starnet; the project at the same path, and the
+        # run directory as NFS would share it — through a file system of another kind (bindfs, FUSE), where
+        # a Unix socket of this machine is not reached, as across two machines.
+        run_dir = shlex.quote(str(self.run_dir))
+        isolated = ["unshare", "--pid", "--kill-child", "--mount", "--propagation", "private", "--mount-proc",
+                    "sh", "-c", f"mount -t tmpfs -o mode=0755 starnet-{self.name} {RUN_STARNET} && "
+                                f"bindfs --no-allow-other {run_dir} {run_dir} && "
+                                f"exec {SSHD} -D -e -f {shlex.quote(str(config))}"]
+        self.sshd = sshd = self.spawner.start(f"sshd-{self.name}", ["ip", "netns", "exec", self.ns, *isolated],
+                                              log=d / "sshd.log")
         if not wait_until(lambda: self._listening() or sshd.poll() is not None, timeout_s):
             raise ClusterError(f"{self.name}: sshd not listening on {self.address}:22 after {timeout_s:g} s "
                                f"(see {d / 'sshd.log'})")
@@ -340,8 +360,10 @@ class ServerSpawner:
     it after printing its PID); the process's PID and start time on the server are recorded under
     remote-pids/<server>/, and stop() ends it there by that PID, never by a name."""
 
-    def __init__(self, run_dir: Path, ssh: SshConfig, server: str, host_pids: dict[str, int] | None = None) -> None:
+    def __init__(self, run_dir: Path, ssh: SshConfig, server: str, host_pids: dict[str, int] | None = None,
+                 local: Spawner | None = None) -> None:
         self.run_dir, self.ssh, self.server = run_dir, ssh, server
+        self.local = local or LocalSpawner(run_dir)  # this machine's: the forwards of shared sockets
         self.host_pids: dict[str, int] = dict(host_pids or {})
         self.records = run_dir / runfiles.REMOTE_PIDS / server
         self.records.mkdir(parents=True, exist_ok=True)
@@ -413,6 +435,16 @@ class ServerSpawner:
     def placed(self, label: str, proc: subprocess.Popen) -> tuple[Spawner, int]:
         return self, self.remote[label][0]
 
+    @property
+    def socket_dir(self) -> Path | None:
+        return cluster_sockets(self.run_dir)
+
+    def share(self, label: str, path: Path) -> Callable[[], None]:
+        forward = SocketForward(self.local, self.ssh, self.server, path, path, f"share-{label}-{self.server}",
+                                served_here=True)
+        forward.start()
+        return forward.stop
+
 
 def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
     """The first line of proc's stdout within timeout_s ('' if none: it exited or stayed silent)."""
@@ -428,34 +460,63 @@ class SocketForward:
     """A Unix socket here that reaches a Unix socket on a server, through SSH (`ssh -N -L here:there`):
     how the controller reaches a remote switch's P4Runtime, which serves on a Unix socket on its
     server only (never an address of the network: the tunnel is SSH's, authenticated by the run's key
-    and encrypted). Started and stopped through a Spawner of this machine (recorded for make clean)."""
+    and encrypted). served_here: the other way (`ssh -N -R there:here`), a socket served here reached
+    on the server — the controller's advice API by the host agents and ranks there, a job's control
+    socket by its ranks there. Started and stopped through a Spawner of this machine (recorded for make
+    clean)."""
 
     def __init__(self, spawner: Spawner, ssh: SshConfig, server: str, here: Path, there: Path,
-                 label: str) -> None:
+                 label: str, served_here: bool = False) -> None:
         self.spawner, self.ssh, self.server = spawner, ssh, server
         self.here, self.there, self.label = here, there, label
+        self.served_here = served_here
         self.proc: subprocess.Popen | None = None
+        self.log = run_log_dir(ssh) / f"{label}.log"
 
     @property
     def address(self) -> str:
         return f"unix:{self.here}"
 
     def start(self, timeout_s: float = 10.0) -> None:
-        self.here.unlink(missing_ok=True)
-        argv = ["ssh", "-F", str(self.ssh.path), "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ControlMaster=no",
-                "-o", "StreamLocalBindUnlink=yes", "-L", f"{self.here}:{self.there}", self.server]
-        self.proc = proc = self.spawner.start(self.label, argv, log=self.here.with_suffix(".log"))
-        if not wait_until(lambda: self.here.exists() or proc.poll() is not None, timeout_s, 0.05):
+        if not self.served_here:
+            self.here.unlink(missing_ok=True)
+        way = ["-R", f"{self.there}:{self.here}"] if self.served_here else ["-L", f"{self.here}:{self.there}"]
+        argv = ["ssh", "-F", str(self.ssh.path), "-N", "-S", "none", "-o", "ExitOnForwardFailure=yes",
+                "-o", "StreamLocalBindUnlink=yes", *way, self.server]  # a connection of its own
+        self.proc = proc = self.spawner.start(self.label, argv, log=self.log)
+        if not wait_until(lambda: self._listening() or proc.poll() is not None, timeout_s, 0.05):
             raise ClusterError(f"{self.server}: forward of {self.there} not up after {timeout_s:g} s")
         if proc.poll() is not None:
             raise ClusterError(f"{self.server}: forward of {self.there} failed (exit {proc.returncode}); "
-                               f"see {self.here.with_suffix('.log')}")
+                               f"see {self.log}")
+
+    def _listening(self) -> bool:
+        if not self.served_here:
+            return self.here.exists()
+        try:  # bound on the server: asked there, over the shared connection
+            self.ssh.run(self.server, ["test", "-S", str(self.there)], timeout_s=5.0)
+            return True
+        except ClusterError:
+            return False
 
     def stop(self) -> None:
         if self.proc is not None:
             self.spawner.stop(self.label, self.proc, grace_s=2.0)
             self.proc = None
-        self.here.unlink(missing_ok=True)
+        if not self.served_here:
+            self.here.unlink(missing_ok=True)
+        else:  # sshd leaves the socket it bound
+            try:
+                self.ssh.run(self.server, ["rm", "-f", str(self.there)], timeout_s=10.0)
+            except ClusterError:
+                pass  # the server is gone, or going: Cluster.stop removes the directory
+
+
+def run_log_dir(ssh: SshConfig) -> Path:
+    """Where the run's SSH forwards log (cluster/forwards/)."""
+    path = ssh.dir / "forwards"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 class ClusterSwitchMixin(ClusterNodeMixin):
@@ -525,6 +586,25 @@ class ClusterSpawner:
     def server(self) -> str:
         return self.local.server
 
+    @property
+    def socket_dir(self) -> Path | None:
+        return next((spawner.socket_dir for spawner in self.servers.values()), None)
+
+    def share(self, label: str, path: Path) -> Callable[[], None]:
+        undo: list[Callable[[], None]] = []
+        try:
+            for spawner in self.servers.values():
+                undo.append(spawner.share(label, path))
+        except BaseException:
+            for done in undo:
+                done()
+            raise
+
+        def unshare() -> None:
+            for done in undo:
+                done()
+        return unshare
+
 
 class Cluster:
     """A fabric over servers, for the testbed (emulation/net.py, `cluster=`): which server each node is on
@@ -539,7 +619,7 @@ class Cluster:
         self.namespace_servers = list(namespace_servers or [])
         self.spawners: dict[str, ServerSpawner] = {}
         self.forwards: dict[str, SocketForward] = {}
-        self.sockets = Path(f"/run/starnet/cluster-{run_dir.name}")  # switches' P4Runtime sockets, on their server
+        self.sockets = cluster_sockets(run_dir)  # switches' P4Runtime sockets on their server; the API's here
         self.spawner = ClusterSpawner(local, self.spawners, server_of)
 
     @classmethod
@@ -567,8 +647,33 @@ class Cluster:
         for server in self.servers:
             if server not in self.ssh.servers:
                 raise ClusterError(f"no address for server {server!r}")
-            self.spawners[server] = ServerSpawner(self.run_dir, self.ssh, server)
+            self.spawners[server] = ServerSpawner(self.run_dir, self.ssh, server, local=self.local)
             self.ssh.run(server, ["mkdir", "-p", str(self.sockets)])
+            self._check_shared(server)
+        self.sockets.mkdir(parents=True, exist_ok=True)  # here: the sockets this machine serves to the others
+
+    def _check_shared(self, server: str) -> None:
+        """The project and the run directory at the same paths on `server`, the run directory shared (a
+        file written here is read there): the servers' processes write their logs and records into it."""
+        token = f"{server} {self.run_dir.name}"
+        probe = self.run_dir / runfiles.CLUSTER_DIR / f"shared-{server}"
+        probe.write_text(token + "\n")
+        try:
+            seen = self.ssh.run(server, ["cat", str(probe)]).strip()
+        except ClusterError as exc:
+            seen = f"reading {probe.name} there: {str(exc).rsplit(': ', 1)[-1]}"
+        finally:
+            probe.unlink(missing_ok=True)
+        if seen != token:
+            seen = seen if seen.startswith("reading") else f"it read {seen!r}"
+            raise ClusterError(f"{server} does not see the run directory {self.run_dir} ({seen}): cluster mode needs "
+                               "the project, with its venv, at the same path on every server and its runs directory "
+                               "shared (NFS; README: Cluster mode)")
+
+    @property
+    def api_socket(self) -> Path:
+        """The controller's advice API socket: here, and forwarded to the same path on every server."""
+        return self.sockets / runfiles.CONTROLLER_SOCK
 
     def node_params(self, node: str) -> dict[str, Any]:
         """Mininet parameters of `node` (ClusterNodeMixin's): its server, that server's address, the run's
@@ -615,3 +720,4 @@ class Cluster:
             ns.stop()
         for server in self.servers:
             self.ssh.close(server)
+        shutil.rmtree(self.sockets, ignore_errors=True)

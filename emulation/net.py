@@ -148,6 +148,7 @@ class Testbed:
         self.switch_faults: dict[str, dict] = {}  # switch → injected delay_ms and port rates (emulation/faults.py)
         self.with_agents = agents
         self.agents: dict[str, subprocess.Popen] = {}
+        self._unshare_api: Callable[[], None] | None = None  # cluster mode: the API's forwards to the servers
         self.topo = topo
         self.bmv2_options = bmv2_options or {}
         self.plan = AddressPlan(topo)
@@ -209,11 +210,13 @@ class Testbed:
         net = self._build_network()
         self.spawner.add_hosts({host.name: host.pid for host in net.hosts})
         for host in net.hosts:
-            record_pid(self.run_dir, f"host-{host.name}", host.pid)
+            if not getattr(host, "isRemote", False):  # a PID on another server is not this machine's
+                record_pid(self.run_dir, f"host-{host.name}", host.pid)
             address = self.plan.hosts[host.name]
             host.setup_fabric(address.ip, address.gateway_ip, address.gateway_mac)
         for sw in net.switches:
-            record_pid(self.run_dir, f"shell-{sw.name}", sw.pid)
+            if not getattr(sw, "isRemote", False):
+                record_pid(self.run_dir, f"shell-{sw.name}", sw.pid)
         self._start_nvlinks()
         info(f"*** Starting {len(self.switches)} {self.dataplane} switches\n")
         for sw in self.switches.values():
@@ -403,7 +406,9 @@ class Testbed:
         self.controller = self.spawner.start(
             "controller", [sys.executable, "-m", "controller", "--run-dir", str(self.run_dir),
                            "--int-sample-log2", str(self.int_sample_log2), "--mode", self.mode,
-                           "--fidelity-file", str(self.fidelity_path), *self.controller_args],
+                           "--fidelity-file", str(self.fidelity_path),
+                           *(["--api-socket", str(self.cluster.api_socket)] if self.cluster is not None else []),
+                           *self.controller_args],
             log_path, new_session=True)
         ready = self.run_dir / runfiles.CONTROLLER_READY
         deadline = time.monotonic() + CONTROLLER_READY_S
@@ -415,6 +420,8 @@ class Testbed:
                 raise TestbedError(f"the controller did not program the fabric within {CONTROLLER_READY_S:.0f} s:\n"
                                    f"{log_tail(self.run_dir / 'controller.log')}")
             time.sleep(0.1)
+        if self.cluster is not None and self._unshare_api is None:  # its address, the same on every server
+            self._unshare_api = self.spawner.share("api", self.cluster.api_socket)
 
     def _start_agents(self) -> None:
         assert self.net is not None, "agents start after the network is built"
@@ -457,6 +464,9 @@ class Testbed:
             self.spawner.stop(f"agent-{name}", proc)
         self.agents = {}
         self._end_controller()
+        if self._unshare_api is not None:
+            self._unshare_api()
+            self._unshare_api = None
         self._end_rtwatch()
         if self.net is not None:
             for host in self.net.hosts:

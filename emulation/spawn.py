@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -62,6 +62,19 @@ class Spawner(Protocol):
         """The machine start() starts processes on ("localhost": this one)."""
         ...
 
+    @property
+    def socket_dir(self) -> Path | None:
+        """Where a Unix socket served here to the processes start() starts must be (then `share` it):
+        None, anywhere (they run on this machine); a directory of the same path on every machine when
+        some run on another (the run directory is shared as NFS shares it: no socket is reached through
+        it from another machine)."""
+        ...
+
+    def share(self, label: str, path: Path) -> Callable[[], None]:
+        """Make the Unix socket served here at `path` (in socket_dir) reachable at the same path by the
+        processes start() starts (on another server: forwarded to here over SSH); returns the undo."""
+        ...
+
 
 class LocalSpawner:
     """Processes on this machine; a host's are attached to its namespaces with Mininet's mnexec."""
@@ -105,3 +118,10 @@ class LocalSpawner:
     @property
     def server(self) -> str:
         return "localhost"
+
+    @property
+    def socket_dir(self) -> Path | None:
+        return None
+
+    def share(self, label: str, path: Path) -> Callable[[], None]:
+        return lambda: None

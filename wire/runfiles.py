@@ -47,6 +47,16 @@ SWITCHES = "switches.json"
 SWITCH_DIR = "switches"
 CONTROLLER_ADDR = "controller.addr"
 CONTROLLER_SOCK = "controller.sock"
+RUN_STARNET = Path("/run/starnet")  # each machine's own (a tmpfs): Unix sockets, ssh's control sockets
+
+
+def cluster_sockets(run_dir: Path) -> Path:
+    """Cluster mode: the directory of a run's Unix sockets at the same path on every server — the
+    switches' P4Runtime on theirs, the controller's advice API here and forwarded to it on each other
+    server, so one address (controller.addr) serves every machine."""
+    return RUN_STARNET / f"cluster-{run_dir.name}"
+
+
 UNIX_PATH_MAX = 107  # sun_path holds 108 bytes including the terminating NUL
 CONTROLLER_READY = "controller.ready"
 CONTROLLER_LOG = "controller.log"

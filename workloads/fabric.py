@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from emulation.nodes import intf_name
 from emulation.rundir import RUNS
 from emulation.spawn import LocalSpawner, SpawnError
+from emulation.spawn import Spawner as EmulationSpawner
 from topologies.addressing import AddressPlan
 from topologies.spec import Topology, load_topology
 from wire import faultsfile, runfiles
-from wire.runfiles import forget_pid
 from workloads.hosts import Endpoint, JobError
 
 if TYPE_CHECKING:
@@ -50,10 +51,11 @@ class NamespaceSpawner:
     (emulation/spawn.py), recorded in the run directory so `make clean` can end what a crashed job leaves.
     new_session: each process leads a session and process group of its own (mnexec -d)."""
 
-    def __init__(self, host_pids: dict[str, int], run_dir: Path, job: str, new_session: bool = False) -> None:
+    def __init__(self, host_pids: dict[str, int], run_dir: Path, job: str, new_session: bool = False,
+                 spawner: EmulationSpawner | None = None) -> None:
         if shutil.which("mnexec") is None:
             raise JobError("mnexec (Mininet) not found on PATH")
-        self.spawner = LocalSpawner(run_dir, host_pids)
+        self.spawner: EmulationSpawner = spawner or LocalSpawner(run_dir, host_pids)
         self.run_dir = run_dir
         self.job = job
         self.new_session = new_session
@@ -69,24 +71,36 @@ class NamespaceSpawner:
         return proc
 
     def release(self, proc: subprocess.Popen) -> None:
+        self.end(proc)  # it has ended: its records go (on a server too)
+
+    def end(self, proc: subprocess.Popen) -> None:
         label = self.labels.pop(proc.pid, None)
-        if label:
-            forget_pid(self.run_dir, label)
+        if label:  # on its server, by its PID there (its ssh session here ends with it)
+            self.spawner.stop(label, proc)
+
+    @property
+    def socket_dir(self) -> Path | None:
+        return self.spawner.socket_dir
+
+    def share(self, label: str, path: Path) -> Callable[[], None]:
+        return self.spawner.share(label, path)
 
 
 class FabricView:
     """What a job needs to know about a running testbed: topology, addresses, host PIDs, controller."""
 
-    def __init__(self, run_dir: Path, topo: Topology, host_pids: dict[str, int]) -> None:
+    def __init__(self, run_dir: Path, topo: Topology, host_pids: dict[str, int],
+                 spawner: EmulationSpawner | None = None) -> None:
         self.run_dir = run_dir
         self.topo = topo
         self.plan = AddressPlan(topo)
         self.host_pids = host_pids
+        self.processes = spawner  # the testbed's (cluster mode: starts a host's processes on its server)
 
     @classmethod
     def of_testbed(cls, tb: Testbed) -> FabricView:
         assert tb.net is not None, "the testbed is up"
-        return cls(tb.run_dir, tb.topo, {h.name: h.pid for h in tb.net.hosts})
+        return cls(tb.run_dir, tb.topo, {h.name: h.pid for h in tb.net.hosts}, tb.spawner)
 
     @classmethod
     def of_run_dir(cls, run_dir: Path | None = None) -> FabricView:
@@ -133,7 +147,7 @@ class FabricView:
                          self.plan.nvlink.get(h)) for h in hosts]
 
     def spawner(self, job: str, new_session: bool = False) -> NamespaceSpawner:
-        return NamespaceSpawner(self.host_pids, self.run_dir, job, new_session)
+        return NamespaceSpawner(self.host_pids, self.run_dir, job, new_session, self.processes)
 
     def interface(self, host: str) -> str:
         """The host's fabric interface (h1-eth0), what GLOO_SOCKET_IFNAME and btl_tcp_if_include name."""

@@ -76,6 +76,16 @@ class Spawner(Protocol):
     def release(self, proc: subprocess.Popen) -> None:
         """The process has ended."""
 
+    def end(self, proc: subprocess.Popen) -> None:
+        """End a process that would not exit (on its machine), and release it."""
+
+    @property
+    def socket_dir(self) -> Path | None:
+        """Where the job's control socket must be (emulation/spawn.py's Spawner.socket_dir)."""
+
+    def share(self, label: str, path: Path) -> Callable[[], None]:
+        """The control socket at `path` reached by the processes on every machine; returns the undo."""
+
 
 class LocalSpawner:
     """Processes of this machine (all on loopback): for tests and quick checks. new_session: each
@@ -92,8 +102,22 @@ class LocalSpawner:
     def release(self, proc: subprocess.Popen) -> None:
         pass
 
+    def end(self, proc: subprocess.Popen) -> None:
+        stop_process(proc)
+
+    @property
+    def socket_dir(self) -> Path | None:
+        return None
+
+    def share(self, label: str, path: Path) -> Callable[[], None]:
+        return lambda: None
+
 
 ArgvOf = Callable[[int, Endpoint, Path], list[str]]
+
+
+def NOTHING() -> None:  # noqa: N802 (a constant: nothing to undo)
+    return None
 
 
 class ProcessGroup:
@@ -117,6 +141,7 @@ class ProcessGroup:
         self._server: socket.socket | None = None
         self._path: Path | None = None
         self._tmp: Path | None = None
+        self._unshare: Callable[[], None] = NOTHING  # the control socket's forwards to other servers
 
     @property
     def size(self) -> int:
@@ -136,13 +161,16 @@ class ProcessGroup:
 
     def _start(self, argv_of: ArgvOf) -> list[dict]:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        path, self._tmp = unix_socket_path(self.workdir / "control.sock")
+        shared = self.spawner.socket_dir  # some processes on another server: a path of every machine's
+        path, self._tmp = unix_socket_path(shared / f"job-{self.name}-{self.kind}.sock" if shared is not None
+                                           else self.workdir / "control.sock")
         path.unlink(missing_ok=True)
         self._path = path
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(str(path))
         server.listen(self.size)
         self._server = server
+        self._unshare = self.spawner.share(f"job-{self.name}", path)
         for index, ep in enumerate(self.endpoints):
             self.procs.append(self.spawner(ep, argv_of(index, ep, path), self.log_path(index).with_suffix(".out")))
         by_index: dict[int, tuple[socket.socket, TextIO, dict]] = {}
@@ -178,15 +206,17 @@ class ProcessGroup:
         for proc in self.procs:
             try:
                 proc.wait(10)
+                self.spawner.release(proc)
             except subprocess.TimeoutExpired:
-                stop_process(proc)
-            self.spawner.release(proc)
+                self.spawner.end(proc)
         for conn in self.conns:
             conn.close()
         self.conns, self.readers, self.procs = [], [], []
         if self._server is not None:
             self._server.close()
             self._server = None
+        self._unshare()
+        self._unshare = NOTHING
         if self._path is not None:
             self._path.unlink(missing_ok=True)
             self._path = None

@@ -4,10 +4,14 @@ at the fabric's 9000-byte MTU — then nothing left on either side."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import shlex
 import shutil
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +41,31 @@ class ClusterHost(ClusterNodeMixin, Host):
 
 def netns_of(pid: int) -> str:
     return Path(f"/proc/{pid}/ns/net").readlink().name
+
+
+def there(server: NamespaceServer, script: str) -> str:
+    """A shell command line's output on the server (its own PIDs, its own /run/starnet: asked there)."""
+    done = subprocess.run(server.ssh.ssh(server.name, ["sh", "-c", script]), capture_output=True, text=True,
+                          timeout=30)
+    return done.stdout.strip() if done.returncode == 0 else f"exit {done.returncode}: {done.stderr.strip()}"
+
+
+def server_netns(server: NamespaceServer) -> str:
+    return f"net:[{Path(f'/run/netns/{server.ns}').stat().st_ino}]"
+
+
+def root_pid(server: NamespaceServer, pid: int) -> int | None:
+    """This machine's PID of the server's process `pid` (NSpid: the PID in each namespace, outermost first)."""
+    listed = subprocess.run(["ip", "netns", "pids", server.ns], capture_output=True, text=True).stdout.split()
+    for candidate in listed:
+        try:
+            nspid = [line for line in Path(f"/proc/{candidate}/status").read_text().splitlines()
+                     if line.startswith("NSpid:")][0].split()[1:]
+        except (OSError, IndexError):
+            continue
+        if nspid[-1] == str(pid) and len(nspid) > 1:
+            return int(candidate)
+    return None
 
 
 def rtt_ms(node: Host, address: str) -> float:
@@ -103,40 +132,91 @@ def test_a_fabric_mtu_the_underlay_cannot_carry_is_refused_naming_the_link(serve
         net.stop()
 
 
+def test_the_server_is_a_machine_of_its_own_but_for_the_shared_run_directory(server):
+    # its own PIDs (sshd the first) and /run/starnet; the run directory shared (a file written here is read
+    # there, and one written there is read here), but no Unix socket of this machine is reached through it
+    assert there(server, "cat /proc/1/comm") == "sshd"
+    assert there(server, "echo $$").isdigit() and int(there(server, "echo $$")) < 1000
+    mine = Path("/run/starnet") / f"here-{os.getpid()}"
+    mine.mkdir(parents=True, exist_ok=True)
+    try:
+        assert there(server, f"test -e {mine} && echo seen || echo absent") == "absent"
+    finally:
+        mine.rmdir()
+    (server.run_dir / "from-here.txt").write_text("here\n")
+    assert there(server, f"cat {server.run_dir / 'from-here.txt'}") == "here"
+    there(server, f"echo there > {server.run_dir / 'from-there.txt'}")
+    assert (server.run_dir / "from-there.txt").read_text() == "there\n"
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(server.run_dir / "here.sock"))
+        listening.listen()
+        probe = (f"import socket; s = socket.socket(socket.AF_UNIX); "
+                 f"print(s.connect_ex({str(server.run_dir / 'here.sock')!r}))")
+        assert there(server, f"{sys.executable} -c {shlex.quote(probe)}") == str(errno.ECONNREFUSED)
+    (server.run_dir / "here.sock").unlink()
+
+
+def test_a_socket_served_here_is_reached_at_the_same_path_on_the_server(server):
+    spawner = ServerSpawner(server.run_dir, server.ssh, server.name)
+    path = Path("/run/starnet") / f"shared-{os.getpid()}" / "api.sock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    there(server, f"mkdir -p {path.parent}")
+    try:
+        with socket.socket(socket.AF_UNIX) as listening:
+            listening.bind(str(path))
+            listening.listen()
+            undo = spawner.share("api", path)
+            try:
+                reply = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({str(path)!r}); s.sendall(b'hi')"
+                assert there(server, f"{sys.executable} -c {shlex.quote(reply)}") == ""
+                conn, _ = listening.accept()
+                with conn:
+                    assert conn.recv(2) == b"hi"
+            finally:
+                undo()
+            assert there(server, f"test -S {path} && echo left || echo gone") == "gone"
+    finally:
+        shutil.rmtree(path.parent, ignore_errors=True)
+        there(server, f"rm -rf {path.parent}")
+    assert not list((server.run_dir / "pids").glob("share-*.pid"))
+
+
 def test_a_switch_on_the_server_answers_p4runtime_through_an_ssh_forwarded_socket_only(server):
     spawner = ServerSpawner(server.run_dir, server.ssh, server.name)
-    there = Path(f"/run/starnet/{server.ns}-{os.getpid()}/s9.sock")  # the server's file system (here: ours)
-    server.ssh.run(server.name, ["mkdir", "-p", str(there.parent)])
+    sock = Path(f"/run/starnet/{server.ns}-{os.getpid()}/s9.sock")  # on the server's own /run/starnet
+    server.ssh.run(server.name, ["mkdir", "-p", str(sock.parent)])
     forward = SocketForward(LocalSpawner(server.run_dir), server.ssh, server.name, server.run_dir / "p4rt-s9.sock",
-                            there, "forward-s9")
+                            sock, "forward-s9")
     switch = SoftSwitchProcess("s9", 9, 0, server.run_dir, [], {}, fidelity=False, realtime_priority=20,
-                               spawner=spawner, serve_on=f"unix:{there}", dial=forward.address)
-    assert switch.command()[switch.command().index("--grpc-server-addr") + 1] == f"unix:{there}"
+                               spawner=spawner, serve_on=f"unix:{sock}", dial=forward.address)
+    assert switch.command()[switch.command().index("--grpc-server-addr") + 1] == f"unix:{sock}"
     switch.launch()
     pid, _ = spawner.remote["switch-s9"]
     try:
-        assert netns_of(pid) == f"net:[{Path(f'/run/netns/{server.ns}').stat().st_ino}]"
+        assert there(server, f"readlink /proc/{pid}/ns/net") == server_netns(server)
         assert (server.run_dir / "remote-pids" / server.name / "switch-s9.pid").read_text().split()[0] == str(pid)
-        assert wait_until(there.exists, 15.0), switch.log_path.read_text()
+        assert wait_until(lambda: there(server, f"test -S {sock} && echo up") == "up", 15.0), \
+            switch.log_path.read_text()
+        assert not sock.exists()  # not on this machine's /run/starnet
         forward.start()
         switch.wait_ready()  # Capabilities answered through the forward
         info = switch.describe()
         # promoted on the server, by its PID there: every thread of the switch, not the ssh session here
         assert info["grpc"] == forward.address and info["scheduling"] == "fifo 20"
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-        assert tasks and all(os.sched_getscheduler(int(t.name)) == os.SCHED_FIFO for t in tasks)
+        policies = there(server, f"for t in /proc/{pid}/task/*; do chrt -p ${{t##*/}} | head -1; done").splitlines()
+        assert policies and all(line.endswith("SCHED_FIFO") for line in policies), policies
         assert switch.proc is not None and os.sched_getscheduler(switch.proc.pid) == os.SCHED_OTHER
         assert info["remote"] == ["ssh", "-F", str(server.ssh.path), "-S", "none", server.name, "--"]
         # the prefix the controller's port-status stream uses runs a command line on the server
         done = subprocess.run([*info["remote"], "readlink /proc/self/ns/net"], capture_output=True, text=True,
                               timeout=30)
-        assert done.stdout.strip() == f"net:[{Path(f'/run/netns/{server.ns}').stat().st_ino}]", done.stderr
+        assert done.stdout.strip() == server_netns(server), done.stderr
     finally:
         forward.stop()
         switch.stop()
-        shutil.rmtree(there.parent, ignore_errors=True)
+        there(server, f"rm -rf {sock.parent}")
     assert switch.proc is not None and switch.proc.returncode == 0  # it ended on SIGTERM, cleanly
-    assert not Path(f"/proc/{pid}").exists()
+    assert there(server, f"test -e /proc/{pid} && echo left || echo gone") == "gone"
     assert not list((server.run_dir / "remote-pids" / server.name).glob("*.pid"))
     assert not (server.run_dir / "p4rt-s9.sock").exists()
 
@@ -147,10 +227,11 @@ def test_make_clean_ends_what_a_dead_run_left_on_its_server_and_the_server(serve
     pid, _ = spawner.remote["sleeper"]
     proc.kill()  # the run dies: its ssh session goes, the process on the server stays
     proc.wait()
-    assert Path(f"/proc/{pid}").exists()
+    here = root_pid(server, pid)
+    assert here is not None and Path(f"/proc/{here}").exists()
     done = clean_run(server.run_dir)
     assert f"ended sleeper on {server.name} (pid {pid})" in done
-    assert wait_until(lambda: not Path(f"/proc/{pid}").exists(), 5.0)
+    assert wait_until(lambda: not Path(f"/proc/{here}").exists(), 5.0)
     assert not Path(f"/run/netns/{server.ns}").exists()
     assert not Path(f"/sys/class/net/{server.uplink}").exists()
     assert not list((server.run_dir / "pids").glob("*.pid"))

@@ -6,7 +6,6 @@ controller programming every switch and hearing both servers' port carrier — a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from emulation.net import Testbed
 from emulation.waiting import wait_until
 from topologies import leafspine
 from wire import runfiles
-from wire.runfiles import process_start_time
 from workloads.allreduce.job import JobSpec, run_job
 from workloads.fabric import FabricView
 
@@ -29,17 +27,23 @@ RING_FLOOR = 0.30  # tests/integration/test_allreduce.py's: a serialised ring ru
 def fabric():
     with Testbed(leafspine(), dataplane="soft", name="test-cluster-testbed", servers="ns") as tb:
         yield tb
-        started = [(label, pid, start) for spawner in tb.cluster.spawners.values()
-                   for label, (pid, start) in spawner.remote.items()]
+        started = [label for spawner in tb.cluster.spawners.values() for label in spawner.remote]
     assert not Path(f"/run/netns/{tb.cluster.namespace_servers[0].ns}").exists()
-    # what was started on the server (its switches, its hosts' agents) ended with the testbed (the
-    # namespace server shares this machine's processes: its PIDs are read here)
-    assert {label.split("-")[0] for label, _, _ in started} >= {"switch", "agent"}, started
-    assert [label for label, pid, start in started if process_start_time(pid) == start] == []
+    # what was started on the server (its switches, its hosts' agents) was ended by the testbed, each by its
+    # PID there, before the server itself went
+    assert {label.split("-")[0] for label in started} >= {"switch", "agent"}, started
+    assert [label for spawner in tb.cluster.spawners.values() for label in spawner.remote] == []
+    assert not list((tb.run_dir / runfiles.REMOTE_PIDS).glob("*/*.pid"))
+    assert not runfiles.cluster_sockets(tb.run_dir).exists()
 
 
-def netns_inode(pid: int) -> str:
-    return os.readlink(f"/proc/{pid}/ns/net")
+def there(cluster, script: str) -> str:
+    """A shell command line's output on srv2 (its PIDs are its own: asked there)."""
+    return cluster.ssh.run("srv2", ["sh", "-c", script]).strip()
+
+
+def fifo_there(cluster, pid: int) -> bool:
+    return there(cluster, f"chrt -p {pid} | head -1").endswith("SCHED_FIFO")
 
 
 def test_the_fabric_is_split_between_both_servers(fabric):
@@ -58,17 +62,23 @@ def test_the_fabric_is_split_between_both_servers(fabric):
         if where[name] == "srv2":
             assert sw["grpc"].startswith("unix:") and sw["remote"][-2:] == ["srv2", "--"]
             pid, _ = cluster.spawners["srv2"].remote[f"switch-{name}"]
-            assert netns_inode(pid) == ns  # it runs on the server
-            assert os.sched_getscheduler(pid) == os.SCHED_FIFO  # promoted there, by its PID there
+            assert there(cluster, f"readlink /proc/{pid}/ns/net") == ns  # it runs on the server
+            assert fifo_there(cluster, pid)  # promoted there, by its PID there
         else:
             assert sw["grpc"].startswith("127.0.0.1:") and "remote" not in sw
     # the control plane's processes on the server too, and a watchdog on each server watching its own
     agents = {label: pid for label, (pid, _) in cluster.spawners["srv2"].remote.items() if label.startswith("agent-")}
-    assert agents and all(os.sched_getscheduler(pid) == os.SCHED_FIFO for pid in agents.values()), agents
+    assert agents and all(fifo_there(cluster, pid) for pid in agents.values()), agents
+    # they reach the controller at the address it wrote, forwarded to the same path there
+    address = (fabric.run_dir / runfiles.CONTROLLER_ADDR).read_text().strip()
+    assert address == f"unix:{runfiles.cluster_sockets(fabric.run_dir) / runfiles.CONTROLLER_SOCK}"
+    assert there(cluster, f"test -S {address.removeprefix('unix:')} && echo forwarded") == "forwarded"
+    assert all("registered" in (fabric.run_dir / "hostagents" / f"{label.removeprefix('agent-')}.log").read_text()
+               for label in agents)
     assert set(fabric.rtwatch) == {"rtwatch", "rtwatch-srv2"}
     watching = (fabric.run_dir / "rtwatch-srv2.log").read_text().split("(")[0].removeprefix("watching ").split(", ")
-    there = sorted(node for node, server in where.items() if server == "srv2")
-    assert sorted(w.strip() for w in watching) == there, (watching, there)  # its switches and its hosts' agents
+    on_srv2 = sorted(node for node, server in where.items() if server == "srv2")
+    assert sorted(w.strip() for w in watching) == on_srv2, (watching, on_srv2)  # its switches and its hosts' agents
     crossing = [link for link in fabric.topo.links if where[link.a] != where[link.b]]
     assert crossing
     link = crossing[0]
