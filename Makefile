@@ -71,7 +71,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 run: deps
-	$(PY) -m testbed run --topo $(TOPO) --dataplane $(DATAPLANE) --mode $(MODE) $(if $(LINK_MBPS),--link-mbps $(LINK_MBPS)) $(if $(SERVERS),--servers $(SERVERS))
+	$(PY) -m testbed run --topo $(TOPO) --dataplane $(DATAPLANE) --mode $(MODE) $(if $(LINK_MBPS),--link-mbps $(LINK_MBPS)) $(if $(SERVERS),--servers $(SERVERS)) $(if $(SSH_KEY),--ssh-key $(SSH_KEY))
 
 test: deps lint
 	$(PY) -m pytest tests

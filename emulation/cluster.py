@@ -29,7 +29,11 @@ and a second server on this machine for tests — on Mininet's own cluster engin
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import itertools
+import os
+import re
 import selectors
 import shlex
 import shutil
@@ -82,18 +86,63 @@ class Server:
     user: str = "root"
 
 
+SERVER_NAME = re.compile(r"[a-z][a-z0-9]{0,7}")  # short: it prefixes the server's logs and records
+SERVERS_FORMAT = "NAME=[USER@]ADDRESS[,NAME=[USER@]ADDRESS...]"
+
+
+DEFAULT_SSH_KEY = Path("/etc/starnet/cluster_key")  # vm/provision.sh's, on the cluster's VMs
+
+
+def default_ssh_key() -> Path | None:
+    """The key cluster mode on machines uses when none is given: $STARNET_SSH_KEY, else DEFAULT_SSH_KEY."""
+    given = os.environ.get("STARNET_SSH_KEY")
+    if given:
+        return Path(given)
+    return DEFAULT_SSH_KEY if DEFAULT_SSH_KEY.exists() else None
+
+
+def parse_servers(text: str) -> list[Server]:
+    """`--servers srv2=10.9.0.2,srv3=root@10.9.0.3`: the machines other than this one, each named (as
+    placements and logs name it) and reached at its address on the experiment network (IPv4: the
+    tunnels' underlay). ClusterError naming the item that is wrong."""
+    servers: list[Server] = []
+    for item in text.split(","):
+        name, eq, target = item.strip().partition("=")
+        user, at, address = target.rpartition("@")
+        if not eq or not address:
+            raise ClusterError(f"--servers: {item.strip()!r} is not NAME=[USER@]ADDRESS (--servers {SERVERS_FORMAT}, "
+                               "or 'ns')")
+        if not SERVER_NAME.fullmatch(name) or name in ("localhost", "ns"):
+            raise ClusterError(f"--servers: server name {name!r}: 1-8 lower-case letters and digits, a letter "
+                               "first, not 'localhost' or 'ns'")
+        try:
+            ipaddress.IPv4Address(address)
+        except ValueError:
+            raise ClusterError(f"--servers: {name}: address {address!r} is not an IPv4 address (the tunnels' "
+                               "underlay; a name would resolve differently on each machine)") from None
+        if at and not user:
+            raise ClusterError(f"--servers: {name}: empty user before '@'")
+        if any(s.name == name for s in servers) or any(s.address == address for s in servers):
+            raise ClusterError(f"--servers: {name} ({address}) is listed twice")
+        servers.append(Server(name, address, user or "root"))
+    return servers
+
+
 class SshConfig:
     """One ssh_config for a run: a key of the run's own, known hosts of its own (a server's host key
     accepted the first time: the run made the server or was told its address), no agent, no password,
     one shared connection per server (ControlMaster) so a command costs a round trip, not a handshake."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, key: Path | None = None) -> None:
         self.run_dir = run_dir
         self.dir = run_dir / runfiles.CLUSTER_DIR
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.key = self.dir / "id_ed25519"
+        if key is not None and not key.is_file():
+            raise ClusterError(f"--ssh-key {key}: no such file (the private key the servers authorize for root)")
+        self.key = key or self.dir / "id_ed25519"  # given: real servers', authorized there beforehand
         self.path = run_dir / runfiles.SSH_CONFIG
         self.servers: dict[str, Server] = {}
+        self.run_tag = hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:8]
 
     def ensure_key(self) -> Path:
         if not self.key.exists():
@@ -107,12 +156,15 @@ class SshConfig:
     def write(self) -> None:
         lines = []
         for s in self.servers.values():
-            # ControlPath: a socket path must stay under 108 bytes; %C is a short hash of the connection
+            # ControlPath: a socket path must stay under 108 bytes; %C is a short hash of the connection,
+            # after the run's own (another run's connection to the same server, made with another key, is
+            # never reused; closing this run's closes only its own)
             lines += [f"Host {s.name} {s.address}", f"  HostName {s.address}", f"  User {s.user}",
                       f"  IdentityFile {self.key}", "  IdentitiesOnly yes",
                       f"  UserKnownHostsFile {self.dir / 'known_hosts'}", "  StrictHostKeyChecking accept-new",
                       "  BatchMode yes", "  ForwardAgent no", "  ControlMaster auto",
-                      f"  ControlPath {CONTROL_DIR}/%C", "  ControlPersist 60", "  ConnectTimeout 5", ""]
+                      f"  ControlPath {CONTROL_DIR}/{self.run_tag}-%C", "  ControlPersist 60", "  ConnectTimeout 5",
+                      ""]
         self.path.write_text("\n".join(lines))
 
     def ssh(self, server: str, argv: list[str]) -> list[str]:
@@ -634,6 +686,24 @@ class Cluster:
                                                        if a.name != b.name])
         return cls(run_dir, local, ssh, dict(placement.machine_of), [NamespaceServer(run_dir, local, ssh, name)])
 
+    @classmethod
+    def on_servers(cls, run_dir: Path, local: Spawner, topo: Topology, servers: list[Server],
+                   key: Path | None) -> Cluster:
+        """This machine and `servers` (real machines, reached by SSH as root with `key`), the fabric's
+        switch groups spread over them by emulation/placement.py's CPU model."""
+        if topo.servers:
+            raise ClusterError(f"{topo.name}: multi-GPU servers (NVLink bridges) are not placed across machines "
+                               "yet; use a single-NIC topology in cluster mode")
+        if key is None:
+            raise ClusterError("--servers: give --ssh-key, the private key every server authorizes for root "
+                               "(README: Cluster mode)")
+        ssh = SshConfig(run_dir, key)
+        for server in servers:
+            ssh.add(server)
+        placement = place(topo, ["localhost", *(s.name for s in servers)],
+                          [(a.name, b.name) for a in topo.hosts for b in topo.hosts if a.name != b.name])
+        return cls(run_dir, local, ssh, dict(placement.machine_of))
+
     @property
     def servers(self) -> list[str]:
         return sorted({s for s in self.server_of.values() if s != "localhost"})
@@ -648,7 +718,12 @@ class Cluster:
             if server not in self.ssh.servers:
                 raise ClusterError(f"no address for server {server!r}")
             self.spawners[server] = ServerSpawner(self.run_dir, self.ssh, server, local=self.local)
-            self.ssh.run(server, ["mkdir", "-p", str(self.sockets)])
+            try:
+                self.ssh.run(server, ["mkdir", "-p", str(self.sockets)])
+            except ClusterError as exc:
+                s = self.ssh.servers[server]
+                raise ClusterError(f"{server} ({s.user}@{s.address}) cannot be reached by SSH with {self.ssh.key}: "
+                                   f"{str(exc).rsplit(': ', 1)[-1]}") from None
             self._check_shared(server)
         self.sockets.mkdir(parents=True, exist_ok=True)  # here: the sockets this machine serves to the others
 

@@ -23,7 +23,7 @@ from pyroute2 import IPRoute
 
 from emulation import cpuuse
 from emulation import fidelity as fid
-from emulation.cluster import CLUSTER_NODES, Cluster, ClusterError
+from emulation.cluster import CLUSTER_NODES, Cluster, ClusterError, parse_servers
 from emulation.nodes import (
     SWITCH_MTU,
     NodeClasses,
@@ -125,7 +125,8 @@ class Testbed:
                  name: str | None = None, bmv2_options: dict | None = None, int_sample_log2: int = 3,
                  mode: str = "none", agents: bool = True, controller_args: list[str] | None = None,
                  fidelity_tolerance_ms: float | None = None, realtime_priority: int = DEFAULT_PRIORITY,
-                 nodes: NodeClasses | None = None, spawner: Spawner | None = None, servers: str | None = None) -> None:
+                 nodes: NodeClasses | None = None, spawner: Spawner | None = None, servers: str | None = None,
+                 ssh_key: Path | None = None) -> None:
         """bmv2_options: log_level (None = logging off), pcap_dir (opt-in pcaps) for BMv2 switches;
         int_sample_log2: INT on 1 in 2^N packets of each host flow (-1 = INT off);
         mode: none | ecn | advice | bbr; agents: start a host agent (pacer) on every host;
@@ -136,7 +137,9 @@ class Testbed:
         nodes: the Mininet node and link classes (default: emulation/nodes.py's);
         spawner: starts and stops the testbed's processes (default: on this machine, emulation/spawn.py);
         servers: cluster mode (emulation/cluster.py) — "ns": the fabric split between this machine and a
-        second server made on it (a network namespace with its own sshd)."""
+        second server made on it (a network namespace with its own sshd); "srv2=ADDRESS,...": between this
+        machine and those (reached by SSH as root with `ssh_key`; the project at the same path there, the
+        run directory shared)."""
         self.fidelity_tolerance_ms = fidelity_tolerance_ms
         self.realtime_priority = realtime_priority
         self.started_at = 0.0
@@ -158,10 +161,9 @@ class Testbed:
         self.spawner = spawner or LocalSpawner(self.run_dir)
         self.cluster: Cluster | None = None
         if servers is not None:
-            if servers != "ns":
-                raise TestbedError(f"--servers {servers}: only 'ns' (a second server on this machine) so far")
             try:
-                self.cluster = Cluster.on_namespace_server(self.run_dir, self.spawner, topo)
+                self.cluster = (Cluster.on_namespace_server(self.run_dir, self.spawner, topo) if servers == "ns" else
+                                Cluster.on_servers(self.run_dir, self.spawner, topo, parse_servers(servers), ssh_key))
             except ClusterError as exc:
                 raise TestbedError(str(exc)) from None
             self.nodes, self.spawner = CLUSTER_NODES, self.cluster.spawner

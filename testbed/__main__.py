@@ -40,7 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     from mininet.log import setLogLevel
 
-    from emulation.cluster import ClusterError
+    from emulation.cluster import ClusterError, default_ssh_key
     from emulation.net import Testbed, TestbedError
     from emulation.nodes import SwitchStartError
     from testbed.cli import StarNetCLI
@@ -54,7 +54,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         bmv2_options = {"log_level": args.bmv2_log}
         tb = Testbed(topo, dataplane=args.dataplane, bmv2_options=bmv2_options, int_sample_log2=args.int_sample_log2,
                      mode=args.mode, realtime_priority=args.switch_priority,
-                     controller_args=["--int-dscp", str(args.int_dscp)], servers=args.servers)
+                     controller_args=["--int-dscp", str(args.int_dscp)], servers=args.servers,
+                     ssh_key=args.ssh_key or default_ssh_key())
         if args.pcap:
             (tb.run_dir / "pcaps").mkdir(exist_ok=True)
             bmv2_options["pcap_dir"] = tb.run_dir / "pcaps"
@@ -174,9 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="bring up a testbed and open the CLI")
     run.add_argument("--topo", default="leafspine")
     run.add_argument("--dataplane", default="auto")
-    run.add_argument("--servers", metavar="ns",
-                     help="cluster mode: the fabric split over servers; 'ns', this machine and a second server "
-                          "made on it (a network namespace with its own sshd; README: Cluster mode)")
+    run.add_argument("--servers", metavar="ns|NAME=[USER@]ADDRESS,...",
+                     help="cluster mode: the fabric split over this machine and servers; 'ns', a second server "
+                          "made on this one (a network namespace with its own sshd), or machines of the "
+                          "experiment network, e.g. srv2=192.168.56.12 (README: Cluster mode)")
+    run.add_argument("--ssh-key", type=Path, metavar="FILE",
+                     help="cluster mode on machines: the private key their root authorizes (default: "
+                          "$STARNET_SSH_KEY, or /etc/starnet/cluster_key where vm/provision.sh puts it)")
     run.add_argument("--link-mbps", type=float, metavar="MBPS",
                      help="every link at this rate instead of the topology's (e.g. 10 on a standard BMv2 build)")
     run.add_argument("--bmv2-log", metavar="LEVEL", help="BMv2 logging (trace|debug|info|...); off by default")

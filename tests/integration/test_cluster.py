@@ -19,6 +19,7 @@ from mininet.net import Mininet
 from mininet.node import Host
 
 from emulation.cluster import (
+    Cluster,
     ClusterError,
     ClusterNodeMixin,
     NamespaceServer,
@@ -26,11 +27,13 @@ from emulation.cluster import (
     SocketForward,
     SshConfig,
     VxlanLink,
+    parse_servers,
 )
 from emulation.rundir import clean_run, new_run_dir
 from emulation.spawn import LocalSpawner
 from emulation.switchproc import SoftSwitchProcess
 from emulation.waiting import wait_until
+from topologies import leafspine
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
@@ -246,3 +249,33 @@ def test_nothing_is_left_when_the_server_stops(server):
     assert not Path(f"/sys/class/net/{uplink}").exists()
     assert not list((run_dir / "pids").glob("*.pid"))
     server.start()  # the module's fixture stops it again
+
+
+def test_machines_given_by_address_are_reached_with_the_key_they_authorize(server):
+    # --servers NAME=ADDRESS (here the namespace server, as another machine would be): reached as root with
+    # the key given, the run directory checked to be shared, the run's sockets directory made and removed
+    run_dir = new_run_dir("cluster-servers-test")
+    try:
+        with pytest.raises(ClusterError, match="--ssh-key"):
+            Cluster.on_servers(run_dir, LocalSpawner(run_dir), leafspine(), parse_servers(f"srv9={server.address}"),
+                               None)
+        cluster = Cluster.on_servers(run_dir, LocalSpawner(run_dir), leafspine(),
+                                     parse_servers(f"srv9=root@{server.address}"), server.ssh.key)
+        assert set(cluster.server_of.values()) == {"localhost", "srv9"}
+        cluster.start()
+        try:
+            assert cluster.ssh.run("srv9", ["readlink", "/proc/self/ns/net"]).strip() == server_netns(server)
+            assert there(server, f"test -d {cluster.sockets} && echo made") == "made"
+        finally:
+            cluster.stop()
+        assert there(server, f"test -d {cluster.sockets} || echo gone") == "gone"
+        stranger = run_dir / "stranger"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+        refused = Cluster.on_servers(run_dir, LocalSpawner(run_dir), leafspine(),
+                                     parse_servers(f"srv9={server.address}"), stranger)
+        with pytest.raises(ClusterError, match=rf"srv9 \(root@{server.address}\) cannot be reached by SSH with "
+                                               rf"{stranger}: .*Permission denied"):
+            refused.start()
+        refused.stop()
+    finally:
+        clean_run(run_dir)
