@@ -670,6 +670,7 @@ class Cluster:
         self.run_dir, self.local, self.ssh, self.server_of = run_dir, local, ssh, server_of
         self.namespace_servers = list(namespace_servers or [])
         self.spawners: dict[str, ServerSpawner] = {}
+        self.cores: dict[str, int] = {}  # each server's CPUs (its CPU use is read against them)
         self.forwards: dict[str, SocketForward] = {}
         self.sockets = cluster_sockets(run_dir)  # switches' P4Runtime sockets on their server; the API's here
         self.spawner = ClusterSpawner(local, self.spawners, server_of)
@@ -725,6 +726,7 @@ class Cluster:
                 raise ClusterError(f"{server} ({s.user}@{s.address}) cannot be reached by SSH with {self.ssh.key}: "
                                    f"{str(exc).rsplit(': ', 1)[-1]}") from None
             self._check_shared(server)
+            self.cores[server] = int(self.ssh.run(server, ["nproc"]).strip())
         self.sockets.mkdir(parents=True, exist_ok=True)  # here: the sockets this machine serves to the others
 
     def _check_shared(self, server: str) -> None:

@@ -19,8 +19,11 @@ took the most CPU, for a failure's message.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
+import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,7 +49,7 @@ def kind_of(label: str) -> str | None:
         return "front"
     if label.startswith("agent-"):
         return "agents"
-    if label.startswith("sampler-") or label == "rtwatch":
+    if label.startswith(("sampler-", "rtwatch")):  # rtwatch-<server>: a server's own watchdog
         return "samplers"
     if label.startswith(("host-", "shell-")):
         return None
@@ -96,11 +99,15 @@ def rows(used: dict[tuple[str, str], float], first: float, count: int) -> str:
 
 
 class CpuSampler:
-    """Appends cpu.csv for `run_dir` every window from a daemon thread until stop()."""
+    """Appends cpu.csv for `run_dir` every window from a daemon thread until stop(). server: on a server
+    of the run's cluster (`python -m emulation.cpuuse --server NAME`, started there), the processes the
+    run recorded on it (remote-pids/<server>/, its own among them) into cpu-<server>.csv."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, server: str | None = None) -> None:
         self.run_dir = run_dir
-        self.path = run_dir / CPU_CSV
+        self.path = run_dir / (runfiles.server_cpu(server) if server else CPU_CSV)
+        self.records = run_dir / (f"{runfiles.REMOTE_PIDS}/{server}" if server else runfiles.PIDS)
+        self.own = server is None  # this process is the testbed's (on a server: a sampler in the records)
         self._stop = threading.Event()
         self._labels: dict[int, tuple[str, str]] = {}  # pid -> (source, kind)
         self._last: dict[int, float] = {}
@@ -124,8 +131,8 @@ class CpuSampler:
             self._thread = None
 
     def _refresh_pids(self) -> None:
-        labels = {os.getpid(): ("testbed", "testbed")}
-        for pid_file in (self.run_dir / runfiles.PIDS).glob("*.pid"):
+        labels = {os.getpid(): ("testbed", "testbed")} if self.own else {}
+        for pid_file in self.records.glob("*.pid"):
             try:
                 pid = int(pid_file.read_text().split()[0])
             except (OSError, ValueError, IndexError):
@@ -138,7 +145,8 @@ class CpuSampler:
 
     def _run(self) -> None:
         last_machine = machine_busy_s()
-        self._last[os.getpid()] = cpu_seconds(os.getpid()) or 0.0  # counted from now on
+        if self.own:
+            self._last[os.getpid()] = cpu_seconds(os.getpid()) or 0.0  # counted from now on
         next_at = (int(time.time() / WINDOW_S) + 1) * WINDOW_S
         with self.path.open("a") as out:
             while not self._stop.wait(max(0.0, next_at - time.time())):
@@ -198,9 +206,10 @@ class CpuUsage:
                 f"other work {self.others:.2f}")
 
 
-def usage(path: Path, t0: float, t1: float) -> CpuUsage | None:
-    """CPU used in wall-clock [t0, t1) from a cpu.csv (None when it has no line there)."""
-    result = CpuUsage(seconds=max(t1 - t0, WINDOW_S))
+def usage(path: Path, t0: float, t1: float, machine_cores: int = CORES) -> CpuUsage | None:
+    """CPU used in wall-clock [t0, t1) from a cpu.csv (None when it has no line there); machine_cores:
+    of the machine it was sampled on."""
+    result = CpuUsage(seconds=max(t1 - t0, WINDOW_S), cores=machine_cores)
     seen = False
     try:
         with Path(path).open(newline="") as f:
@@ -229,3 +238,23 @@ def usage(path: Path, t0: float, t1: float) -> CpuUsage | None:
     result.by_kind = {k: v / span for k, v in result.by_kind.items()}
     result.by_switch = {k: v / span for k, v in result.by_switch.items()}
     return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A server's sampler (cluster mode): samples until SIGTERM."""
+    parser = argparse.ArgumentParser(prog="python -m emulation.cpuuse", description=main.__doc__)
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--server", required=True, help="this server's name in the run")
+    args = parser.parse_args(argv)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    sampler = CpuSampler(args.run_dir, args.server).start()
+    print(f"sampling the run's processes on {args.server} into {sampler.path}", flush=True)
+    while not stopping.wait(0.5):
+        pass
+    sampler.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

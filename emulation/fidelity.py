@@ -39,6 +39,7 @@ class Verdict:
     loop_worst: dict[str, float] = field(default_factory=dict)  # controller/agents: worst lag (ms)
     sampled: list[str] = field(default_factory=list)  # switches timed from INT samples only (BMv2)
     cpu: CpuUsage | None = None  # where the CPU went meanwhile (cpu.csv), when known
+    cpu_servers: dict[str, CpuUsage] = field(default_factory=dict)  # cluster mode: on each other server
 
     @property
     def faithful(self) -> list[int]:
@@ -66,6 +67,8 @@ class Verdict:
                      f"(hop latency beyond the queue; time in the kernel before BMv2 reads a frame unseen)")
         if self.cpu is not None:
             text += f"; {self.cpu.line()}"
+        for server, used in sorted(self.cpu_servers.items()):
+            text += f"; on {server}: {used.line()}"
         return text
 
     def flagged_lines(self) -> list[str]:

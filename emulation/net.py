@@ -174,6 +174,7 @@ class Testbed:
         self._schemas: dict[Path, P4Schema] = {}  # P4Info file -> its schema (schema_of)
         self._allowed_cc_before: str | None = None  # the root namespace's list, if this testbed changed it
         self.cpu: cpuuse.CpuSampler | None = None  # cpu.csv: where the CPU goes, per window
+        self.server_samplers: dict[str, tuple[Spawner, subprocess.Popen]] = {}  # cluster: each server's own
         self.rtwatch: dict[str, tuple[Spawner, subprocess.Popen]] = {}  # the real-time watchdog of each machine
 
     # ---- bring-up ----------------------------------------------------------------------------
@@ -209,6 +210,11 @@ class Testbed:
         if self.cluster is not None:
             info(f"*** Starting servers {', '.join(self.cluster.servers)}\n")
             self.cluster.start()
+            for server, spawner in self.cluster.spawners.items():  # cpu-<server>.csv: sampled there
+                label = f"sampler-cpu-{server}"
+                self.server_samplers[label] = (spawner, spawner.start(
+                    label, [sys.executable, "-m", "emulation.cpuuse", "--run-dir", str(self.run_dir),
+                            "--server", server], self.run_dir / f"{label}.log", new_session=True))
         net = self._build_network()
         self.spawner.add_hosts({host.name: host.pid for host in net.hosts})
         for host in net.hosts:
@@ -480,6 +486,9 @@ class Testbed:
                 self.net.stop()
             finally:
                 self.net = None
+        for label, (spawner, proc) in self.server_samplers.items():
+            spawner.stop(label, proc)
+        self.server_samplers = {}
         if self.cluster is not None:
             self.cluster.stop()
         clean_run(self.run_dir)
@@ -539,6 +548,9 @@ class Testbed:
         sampled = [name for name, sw in self.switches.items() if sw.kind != "soft"]
         result = fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0, sampled)
         result.cpu = cpuuse.usage(self.run_dir / cpuuse.CPU_CSV, t0, t1)
+        for server, cores in (self.cluster.cores.items() if self.cluster is not None else ()):
+            if (used := cpuuse.usage(self.run_dir / runfiles.server_cpu(server), t0, t1, cores)) is not None:
+                result.cpu_servers[server] = used
         return result
 
     def who_took_the_machine(self) -> str:

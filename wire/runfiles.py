@@ -134,6 +134,11 @@ def read_agent_mode(run_dir: Path, host: str) -> str | None:
         return None
 
 
+def server_cpu(server: str) -> str:
+    """Cluster mode: the CPU a server's processes used, per window (emulation/cpuuse.py, sampled there)."""
+    return f"cpu-{server}.csv"
+
+
 def switch_log(name: str) -> str:
     return f"{SWITCH_DIR}/{name}.log"
 

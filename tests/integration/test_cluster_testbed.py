@@ -119,3 +119,7 @@ def test_an_all_reduce_over_both_servers_is_exact(fabric):
           f"link; {verdict.line()}")
     assert outcome.wrong == 0, outcome.table
     assert busbw >= RING_FLOOR * LINK_MBPS, outcome.table
+    # the verdict says where each server's CPU went, sampled there (its switches, its ranks)
+    there = verdict.cpu_servers["srv2"]
+    assert there.by_kind.get("switches", 0) > 0 and there.by_kind.get("workloads", 0) > 0, verdict.line()
+    assert "on srv2: CPU: the testbed used" in verdict.line()

@@ -18,6 +18,8 @@ def test_recorded_processes_get_their_kinds():
     assert cpuuse.kind_of("agent-h1") == "agents"
     assert cpuuse.kind_of("rank-ring-h4") == "workloads"
     assert cpuuse.kind_of("sampler-tcp-advice") == "samplers"
+    assert cpuuse.kind_of("rtwatch") == cpuuse.kind_of("rtwatch-srv2") == cpuuse.kind_of("sampler-cpu-srv2") \
+        == "samplers"
     assert cpuuse.kind_of("host-h1") is None and cpuuse.kind_of("shell-s1") is None
 
 
@@ -44,6 +46,39 @@ def test_a_verdict_line_carries_the_cpu_picture(tmp_path):
     result = verdict([], 100.0, 101.0)
     result.cpu = cpuuse.CpuUsage(seconds=1.0, by_kind={"switches": 1.2}, machine=1.5, cores=2)
     assert result.line().endswith("CPU: the testbed used 1.20 of 2 cores (switches 1.20), other work 0.30")
+
+
+def test_a_verdict_line_names_each_other_servers_cpu(tmp_path):
+    result = verdict([], 100.0, 101.0)
+    result.cpu = cpuuse.CpuUsage(seconds=1.0, by_kind={"switches": 1.2}, machine=1.5, cores=2)
+    result.cpu_servers["srv2"] = cpuuse.CpuUsage(seconds=1.0, by_kind={"switches": 3.0}, machine=3.5, cores=8)
+    assert result.line().endswith("other work 0.30; on srv2: CPU: the testbed used 3.00 of 8 cores "
+                                  "(switches 3.00), other work 0.50")
+
+
+def test_a_servers_sampler_reads_the_processes_recorded_there_not_the_testbeds(tmp_path):
+    # cluster mode: `python -m emulation.cpuuse --server srv9` runs on srv9, reading remote-pids/srv9/
+    records = tmp_path / "remote-pids" / "srv9"
+    records.mkdir(parents=True)
+    busy = os.fork()
+    if busy == 0:
+        until = time.monotonic() + 1.0
+        while time.monotonic() < until:
+            pass
+        os._exit(0)
+    (records / "switch-s7.pid").write_text(f"{busy} 0\n")
+    (tmp_path / "pids").mkdir()
+    record_pid(tmp_path, "switch-s1", os.getpid())  # this machine's: not the server's
+    t0 = time.time()
+    sampler = cpuuse.CpuSampler(tmp_path, "srv9").start()
+    time.sleep(0.8)
+    os.waitpid(busy, 0)
+    sampler.stop()
+    assert not (tmp_path / cpuuse.CPU_CSV).exists()
+    used = cpuuse.usage(tmp_path / "cpu-srv9.csv", t0, time.time() + 1, machine_cores=8)
+    assert used is not None and used.cores == 8
+    assert set(used.by_switch) == {"s7"} and "testbed" not in used.by_kind, used.line()
+    assert used.by_switch["s7"] > 0.05, used.line()  # it spun (a loose floor: the machine may be busy)
 
 
 def test_the_sampler_writes_the_windows_of_a_busy_recorded_process(tmp_path):
