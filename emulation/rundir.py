@@ -137,12 +137,20 @@ def still_running(pid: int, start: str) -> str:
     return f'[ "$({START_TIME.format(pid=pid)} 2>/dev/null)" = {shlex.quote(start)} ]'
 
 
+PROCESS_GROUP = "awk '{{sub(/.*\\) /, \"\"); print $3}}' /proc/{pid}/stat"  # field 5, pgrp: the 3rd after "(comm) "
+
+
 def end_remote_process(run_dir: Path, server: str, pid: int, start: str, grace_s: float = 2.0) -> bool:
     """end_process on a server of the run's cluster (over SSH): True if the process recorded was there.
-    OSError if the server cannot be reached."""
-    check = still_running(pid, start)
-    script = (f"{check} || exit 3; kill -TERM {pid}; i=0; while {check} && [ $i -lt {int(grace_s * 20)} ]; "
-              f"do sleep 0.05; i=$((i+1)); done; {check} && kill -KILL {pid}; exit 0")
+    A process that leads its process group (every one ServerSpawner starts: sshd gives each a session)
+    is ended with its group — what it started (a job's workers) goes with it. OSError if the server
+    cannot be reached."""
+    check = still_running(pid, start)  # (dash's kill takes no `--`: a group is `kill -SIG -PGID`)
+    script = (f"{check} || exit 3; target={pid}; "
+              f'[ "$({PROCESS_GROUP.format(pid=pid)} 2>/dev/null)" = {pid} ] && target=-{pid}; '
+              f"kill -TERM $target; i=0; while {check} && [ $i -lt {int(grace_s * 20)} ]; "
+              f"do sleep 0.05; i=$((i+1)); done; {check} && kill -KILL $target; "
+              f'[ "$target" = -{pid} ] && kill -KILL $target 2>/dev/null; exit 0')
     try:
         done = subprocess.run(remote_command(run_dir, server, ["sh", "-c", script]), capture_output=True, text=True,
                               timeout=grace_s + 15)

@@ -224,6 +224,15 @@ def test_a_switch_on_the_server_answers_p4runtime_through_an_ssh_forwarded_socke
     assert not (server.run_dir / "p4rt-s9.sock").exists()
 
 
+def test_a_process_on_the_server_is_ended_with_what_it_started(server):
+    spawner = ServerSpawner(server.run_dir, server.ssh, server.name)
+    proc = spawner.start("worker", ["sh", "-c", "trap '' TERM; sleep 300 & sleep 301 & wait"])
+    pid, _ = spawner.remote["worker"]
+    assert wait_until(lambda: len(there(server, f"pgrep -g {pid}").split()) == 3, 10.0)  # sh and its two sleeps
+    spawner.stop("worker", proc, grace_s=0.5)  # sh ignores SIGTERM: KILLed after the grace, its group with it
+    assert there(server, f"pgrep -g {pid} || echo none") == "none"
+
+
 def test_make_clean_ends_what_a_dead_run_left_on_its_server_and_the_server(server):
     spawner = ServerSpawner(server.run_dir, server.ssh, server.name)
     proc = spawner.start("sleeper", ["sleep", "300"])
