@@ -257,18 +257,19 @@ def vxlan_argv(intf: str, vni: int, local: str, remote: str, mac: str | None, mt
 
 def node_cmd(node: Any, argv: list[str], timeout_s: float = 30.0) -> str:
     """argv (no shell: ssh joins words with spaces, so no word may hold one) in the root namespace of
-    node's server; its output, or its error raised."""
-    proc = node.rpopen(argv, tt=False)
+    node's server (as Mininet's rpopen runs it there: over the node's ssh, with sudo); its output, or
+    its error raised. Started without Mininet's preexec_fn, so without fork(): in a process with gRPC's
+    threads, a forked child ran gRPC's fork handlers, which broke it (`ip route get` failed, saying only
+    'epoll_wait error: Bad file descriptor', beside a full test run)."""
+    cmd = [*(w for w in node.sshcmd if w != "-tt"), "sudo", "-E", *argv] if getattr(node, "isRemote", False) else argv
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
         raise ClusterError(f"{node.server}: {shlex.join(argv)}: no answer in {timeout_s:g} s") from None
-    text = out.decode(errors="replace") if isinstance(out, bytes) else out
-    if proc.returncode:
-        raise ClusterError(f"{node.server}: {shlex.join(argv)}: {text.strip() or f'exit {proc.returncode}'}")
-    return text
+    if done.returncode:
+        said = (done.stderr.strip() or done.stdout.strip()) or f"exit {done.returncode}"
+        raise ClusterError(f"{node.server}: {shlex.join(argv)}: {said}")
+    return done.stdout
 
 
 def tunnel_addresses(node: Any, far: Any) -> tuple[str, str]:
