@@ -187,11 +187,21 @@ class ClusterNodeMixin(RemoteMixin):
     """Mininet's RemoteMixin with the run's ssh_config (`ssh_config=`): its key and known hosts, not the
     user's; a node on the server named 'localhost' (this machine) stays local, as in Mininet."""
 
+    # Mininet detaches every process it starts for a node from the process group with a preexec_fn
+    # (os.setpgrp), which makes Python fork() and run Python code in the child: in a process with gRPC's
+    # threads (the testbed's, the tests'), that child ran gRPC's fork handlers and broke. The same
+    # detachment without Python code in the child (process_group=0, and so vfork):
+    _ignoreSignal = None  # noqa: N815 (Mininet's name)
+
     def __init__(self, name: str, *, ssh_config: Path | None = None, **kwargs: Any) -> None:
         if ssh_config is not None:
             self.sshbase = [*RemoteMixin.sshbase, "-F", str(ssh_config)]
             control_dir()
         super().__init__(name, **kwargs)
+
+    def _popen(self, cmd: Any, sudo: bool = True, tt: bool = True, **params: Any) -> Any:
+        params.setdefault("process_group", 0)
+        return super()._popen(cmd, sudo=sudo, tt=tt, **params)
 
 
 class VxlanLink(RemoteLink):
