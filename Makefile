@@ -120,6 +120,7 @@ bench: deps
 	$(PY) bench/own_jobs.py
 	$(PY) bench/collectives.py
 	$(PY) bench/cluster_split.py
+	$(PY) bench/controller_scale.py
 
 # ruff, mypy on the packages (untyped defs refused) and the layers' import contracts (import-linter:
 # imports only downward, no circle); config in pyproject.toml. Part of `make test`.
