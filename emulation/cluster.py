@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import itertools
+import json
 import os
 import re
 import selectors
@@ -739,6 +740,7 @@ class Cluster:
             self._check_shared(server)
             self.cores[server] = int(self.ssh.run(server, ["nproc"]).strip())
         self.sockets.mkdir(parents=True, exist_ok=True)  # here: the sockets this machine serves to the others
+        (self.run_dir / runfiles.PLACEMENT).write_text(json.dumps(self.server_of, indent=1, sort_keys=True) + "\n")
 
     def _check_shared(self, server: str) -> None:
         """The project and the run directory at the same paths on `server`, the run directory shared (a

@@ -89,6 +89,7 @@ NETNS = "netns.txt"
 STOPPED = "stopped"
 CLUSTER_DIR = "cluster"  # cluster mode: the run's ssh key, known hosts and ssh_config; a namespace server's files
 SSH_CONFIG = "cluster/ssh_config"
+PLACEMENT = "cluster/placement.json"  # cluster mode: {node: its server} ("localhost": this machine)
 REMOTE_PIDS = "remote-pids"  # remote-pids/<server>/<label>.pid: "pid start" of a process on that server
 
 TELEMETRY_FIELDS = ["time", "switch", "port", "queue_pkts", "hop_latency_us", "tx_rate_mbps", "utilisation"]

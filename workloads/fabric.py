@@ -8,6 +8,7 @@ directory of a running testbed (its topology.yaml, host PIDs and controller addr
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -141,6 +142,12 @@ class FabricView:
         elif order != "given":
             raise JobError(f"order: {order!r} is neither topology nor given")
         missing = [h for h in hosts if h not in self.host_pids]
+        placement = self.run_dir / runfiles.PLACEMENT
+        elsewhere = json.loads(placement.read_text()) if missing and placement.exists() else {}
+        remote = [f"{h} on {elsewhere[h]}" for h in missing if elsewhere.get(h, "localhost") != "localhost"]
+        if remote:
+            raise JobError(f"hosts: {', '.join(remote)} (cluster mode): a job over hosts of other servers starts "
+                           "from the testbed's own CLI (`allreduce`, `job`), which reaches them there")
         if missing:
             raise JobError(f"hosts: {', '.join(missing)} not running in {self.run_dir.name}")
         return [Endpoint(h, self.plan.hosts[h].ip, server.name if (server := self.topo.server_of(h)) else None,

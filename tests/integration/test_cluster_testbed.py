@@ -51,6 +51,7 @@ def test_the_fabric_is_split_between_both_servers(fabric):
     where = {node: cluster.server_of[node] for node in [*(s.name for s in fabric.topo.switches),
                                                         *(h.name for h in fabric.topo.hosts)]}
     assert set(where.values()) == {"localhost", "srv2"}, where
+    assert json.loads((fabric.run_dir / runfiles.PLACEMENT).read_text()) == cluster.server_of  # for other processes
     for sw in fabric.topo.switches:  # a leaf with its hosts: only switch-to-switch links cross
         for n, _ in fabric.topo.neighbours(sw.name):
             if fabric.topo.is_host(n):
