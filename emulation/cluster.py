@@ -468,7 +468,7 @@ class ServerSpawner:
         if pid:  # whether or not its ssh session still runs: a session ended (terminated here, or its
             # connection lost) leaves the process running on the server, no terminal to hang up
             try:
-                end_remote_process(self.run_dir, self.server, pid, start, grace_s)
+                end_remote_process(self.run_dir, self.server, pid, start, grace_s, orphans=True)
             except OSError as exc:
                 raise ClusterError(str(exc)) from None
         try:

@@ -140,13 +140,17 @@ def still_running(pid: int, start: str) -> str:
 PROCESS_GROUP = "awk '{{sub(/.*\\) /, \"\"); print $3}}' /proc/{pid}/stat"  # field 5, pgrp: the 3rd after "(comm) "
 
 
-def end_remote_process(run_dir: Path, server: str, pid: int, start: str, grace_s: float = 2.0) -> bool:
+def end_remote_process(run_dir: Path, server: str, pid: int, start: str, grace_s: float = 2.0,
+                       orphans: bool = False) -> bool:
     """end_process on a server of the run's cluster (over SSH): True if the process recorded was there.
     A process that leads its process group (every one ServerSpawner starts: sshd gives each a session)
-    is ended with its group — what it started (a job's workers) goes with it. OSError if the server
-    cannot be reached."""
+    is ended with its group — what it started (a job's workers) goes with it. orphans: when it has
+    ended already, what is left of its group is ended still (for a process seen running moments ago:
+    a group outlives its leader, and its number is not given to another while it does). OSError if
+    the server cannot be reached."""
     check = still_running(pid, start)  # (dash's kill takes no `--`: a group is `kill -SIG -PGID`)
-    script = (f"{check} || exit 3; target={pid}; "
+    gone = f"{{ kill -KILL -{pid} 2>/dev/null; exit 3; }}" if orphans else "exit 3"
+    script = (f"{check} || {gone}; target={pid}; "
               f'[ "$({PROCESS_GROUP.format(pid=pid)} 2>/dev/null)" = {pid} ] && target=-{pid}; '
               f"kill -TERM $target; i=0; while {check} && [ $i -lt {int(grace_s * 20)} ]; "
               f"do sleep 0.05; i=$((i+1)); done; {check} && kill -KILL $target; "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,11 @@ from emulation.waiting import wait_until
 from topologies import leafspine
 from wire import runfiles
 from workloads.allreduce.job import JobSpec, run_job
+from workloads.command.job import CommandSpec, run_command
 from workloads.fabric import FabricView
 
 pytestmark = [pytest.mark.mininet, pytest.mark.root]
+RENDEZVOUS = str(Path(__file__).with_name("rendezvous.py"))
 LINK_MBPS = 20.0
 RING_FLOOR = 0.30  # tests/integration/test_allreduce.py's: a serialised ring runs at ~1/8 of the link
 
@@ -124,3 +127,22 @@ def test_an_all_reduce_over_both_servers_is_exact(fabric):
     there = verdict.cpu_servers["srv2"]
     assert there.by_kind.get("switches", 0) > 0 and there.by_kind.get("workloads", 0) > 0, verdict.line()
     assert "on srv2: CPU: the testbed used" in verdict.line()
+
+
+def test_a_program_of_your_own_runs_on_both_servers_and_a_failing_rank_ends_them_there(fabric):
+    # `job` (workloads/command) over hosts of both servers: each rank started on its host's server, a
+    # meeting at rank 0 over the fabric, then rank 2 (on srv2) fails and every rank is ended with what it
+    # started (the sleeps), on its own server
+    cluster = fabric.cluster
+    local = [h.name for h in fabric.topo.hosts if cluster.is_local(h.name)][:2]
+    remote = [h.name for h in fabric.topo.hosts if not cluster.is_local(h.name)][:2]
+    meet = run_command(CommandSpec(argv=["{python}", RENDEZVOUS], hosts=local + remote, name="meet-split",
+                                   timeout_s=60), FabricView.of_testbed(fabric), progress=None)
+    assert meet.ok, meet.table + "\n" + meet.failure_tails()
+    spec = CommandSpec(argv=["sh", "-c", f"sleep 300 & exec {sys.executable} {RENDEZVOUS} --fail-rank 2"],
+                       hosts=local + remote, name="fail-split", timeout_s=60, grace_s=2)
+    outcome = run_command(spec, FabricView.of_testbed(fabric), progress=None)
+    assert outcome.status == "failed" and f"rank 2 ({remote[0]}) exited 7" in outcome.reason, outcome.table
+    assert wait_until(lambda: there(cluster, "pgrep -x sleep || echo none") == "none", 10.0), \
+        there(cluster, "ps -eo pid,pgid,args")
+    assert not list((fabric.run_dir / runfiles.REMOTE_PIDS / "srv2").glob("rank-*"))
