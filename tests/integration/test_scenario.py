@@ -39,15 +39,17 @@ def test_shortened_demo_advice_has_lower_queues_and_fewer_drops_than_none():
     scenario = load_scenario(ROOT / "experiments" / "demo.yaml").shortened(0.25)
     scenario.modes = ["none", "advice"]
     result = run_scenario(scenario)
-    lag = result.runs["advice"].loop_lag_ms.get("controller", 0.0)
+    # the control loop's worst lag: the controller's, or a host agent's (it applies the advice)
+    late, lag = max(result.runs["advice"].loop_lag_ms.items(), key=lambda item: item[1], default=("controller", 0.0))
     depth = max(link.queue_pkts for link in scenario.topology.links)
     full = min(worst_p99(run) for run in result.runs.values()) >= depth - 1
     if not advice_beats_none(result) and (lag > LATE_ADVICE_MS or full):
         # Advice that comes late measures the machine, not the method (a gate run: p99 62 against 62, the
-        # controller's loop 127 ms late at the burst's onset, 1.94 of 2 cores busy). And a p99 at the
-        # queue's capacity in both modes cannot tell them apart (a quiet gate: 63 against 63, drops 22
-        # against 236; advice's worst port an uplink two tenants' flows hashed onto): measure once more.
-        why = (f"the controller lagged {lag:.0f} ms" if lag > LATE_ADVICE_MS
+        # controller's loop 127 ms late at the burst's onset, 1.94 of 2 cores busy; a quiet gate: 62 against
+        # 62, h7's agent 113 ms late, 1.96 of 2 cores). And a p99 at the queue's capacity in both modes
+        # cannot tell them apart (a quiet gate: 63 against 63, drops 22 against 236; advice's worst port an
+        # uplink two tenants' flows hashed onto): measure once more.
+        why = (f"the control loop lagged {lag:.0f} ms ({late})" if lag > LATE_ADVICE_MS
                else f"both worst p99s at the {depth}-packet queue's capacity")
         print(f"\n  advice did not beat none and {why}: measuring again\n{report_table(result.out_dir / 'report.md')}")
         result = run_scenario(scenario)
