@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -204,7 +205,11 @@ def clean_run(run_dir: Path) -> list[str]:
                     done += [f"ended pid {pid} in {name}" for pid in end_namespace_processes(name)]
                 subprocess.run([*delete, name], capture_output=True)
                 done.append(f"deleted {what} {name}")
-        path.unlink()
+        path.unlink(missing_ok=True)  # (a teardown running beside us may have removed it)
+    sockets = runfiles.cluster_sockets(run_dir)  # cluster mode: the sockets this machine served to servers
+    if sockets.is_dir():
+        shutil.rmtree(sockets, ignore_errors=True)
+        done.append(f"removed {sockets}")
     return done
 
 
