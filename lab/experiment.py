@@ -212,10 +212,7 @@ def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: 
             if job.kind == "incast":
                 flows = schedule.incast(job.receiver, job.senders, job.size_bytes)
             elif job.kind == "pattern":
-                places = {h: view.topo.edge_and_pod(h) for h in job.hosts}
-                flows = schedule.hedera(job.pattern, job.hosts, {h: e for h, (e, _) in places.items()},
-                                        {h: p for h, (_, p) in places.items()}, job.size_bytes, seed, job.stride,
-                                        job.p_edge, job.p_pod)
+                flows = pattern_flows(job, view.topo, seed)
             else:
                 flows = schedule.background(job.hosts, job.seconds, job.load, view.link_mbps(job.hosts), seed)
             flow_outcome = run_flows(flows, view, name=name, kind=job.kind, progress=say)
@@ -242,6 +239,16 @@ def _run_job(job: JobSpecification, record: JobRecord, view: FabricView, start: 
     record.ended = time.time()
     say(f"{job.name}: {'done' if record.ok else 'FAILED'} in {record.elapsed_s:.1f} s "
         + " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.figures.items()))
+
+
+def pattern_flows(job: JobSpecification, topo: Topology, seed: int) -> list[schedule.Flow]:
+    """A `pattern` job's flows (Hedera's patterns) for one seed, placed by `topo`'s edges and pods:
+    the same flows whichever fabric then carries them (bench/paths.py runs them on a non-blocking
+    switch too)."""
+    places = {h: topo.edge_and_pod(h) for h in job.hosts}
+    return schedule.hedera(job.pattern, job.hosts, {h: e for h, (e, _) in places.items()},
+                           {h: p for h, (_, p) in places.items()}, job.size_bytes, seed, job.stride,
+                           job.p_edge, job.p_pod)
 
 
 def _apply_faults(tb: Testbed, faults: list[TimedFault], start: float, applied: list[dict],

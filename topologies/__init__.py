@@ -1,6 +1,6 @@
 """Topology specs (YAML), generators and the addressing plan."""
 
-from topologies.generators import dumbbell, fattree, leafspine, railopt, topology_by_name
+from topologies.generators import dumbbell, fattree, leafspine, railopt, star, topology_by_name
 from topologies.spec import Host, Link, Server, Switch, Topology, TopologyError, load_topology, parse_topology
 
 __all__ = [
@@ -16,5 +16,6 @@ __all__ = [
     "load_topology",
     "parse_topology",
     "railopt",
+    "star",
     "topology_by_name",
 ]

@@ -106,6 +106,16 @@ def dumbbell(n: int = 2, capacity_mbps: float = DEFAULT_CAPACITY_MBPS,
     return _build(f"dumbbell-{n}", [("s1", "leaf"), ("s2", "leaf")], hosts, links, capacity_mbps, queue_pkts)
 
 
+def star(hosts: int = 16, capacity_mbps: float = DEFAULT_CAPACITY_MBPS,
+         queue_pkts: int = DEFAULT_QUEUE_PKTS) -> Topology:
+    """One switch s1 with hosts h1..hN: a non-blocking switch, where only the NICs limit (the
+    reference Hedera and Mininet-HiFi measure a fat-tree's patterns against)."""
+    if hosts < 1:
+        raise TopologyError(f"star: hosts must be >= 1, got {hosts}")
+    names = [f"h{i + 1}" for i in range(hosts)]
+    return _build(f"star-{hosts}", [("s1", "leaf")], names, [(h, "s1") for h in names], capacity_mbps, queue_pkts)
+
+
 def railopt(servers: int = 2, gpus: int = 4, spines: int = 2, nvlink_ratio: float = DEFAULT_NVLINK_RATIO,
             capacity_mbps: float = DEFAULT_CAPACITY_MBPS, queue_pkts: int = DEFAULT_QUEUE_PKTS) -> Topology:
     """Rail-optimized multi-GPU servers (NVIDIA's rail-optimized SuperPOD, Alibaba HPN): spines
@@ -133,7 +143,7 @@ def railopt(servers: int = 2, gpus: int = 4, spines: int = 2, nvlink_ratio: floa
 
 
 GENERATORS: dict[str, Callable[..., Topology]] = {"leafspine": leafspine, "fattree": fattree, "dumbbell": dumbbell,
-                                                  "railopt": railopt}
+                                                  "star": star, "railopt": railopt}
 
 
 def topology_by_name(spec: str) -> Topology:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from emulation.nodes import intf_name
-from topologies import TopologyError, dumbbell, fattree, leafspine, railopt, topology_by_name
+from topologies import TopologyError, dumbbell, fattree, leafspine, railopt, star, topology_by_name
 from topologies.addressing import AddressPlan
 from topologies.spec import load_topology, parse_topology, topology_from_dict
 
@@ -25,6 +25,15 @@ def test_fattree_4_has_20_switches_16_hosts():
 def test_dumbbell():
     topo = dumbbell(3)
     assert len(topo.hosts) == 6 and topo.find_link("s1", "s2").capacity_mbps == 20
+
+
+def test_star_is_one_switch_with_every_host_on_it():
+    topo = star(16, capacity_mbps=1)
+    assert [s.name for s in topo.switches] == ["s1"] and len(topo.hosts) == 16
+    assert all(topo.host_link(h.name).other(h.name) == "s1" for h in topo.hosts)
+    assert topology_by_name("star:4").name == "star-4"
+    with pytest.raises(TopologyError, match="star: hosts must be >= 1"):
+        star(0)
 
 
 def test_unknown_node_names_the_field():
