@@ -1,35 +1,51 @@
 """Path scheduling against ECMP, advice alone and flowlet switching: Hedera's patterns, several seeds.
 
-    sudo .venv/bin/python bench/paths.py [--seeds 10] [--modes none,advice,flowlet,paths] [--short F]
+    sudo .venv/bin/python bench/paths.py [--seeds 10 | --seeds A-B] [--modes none,advice,flowlet,paths] [--short F]
+    sudo .venv/bin/python bench/paths.py --table
     sudo .venv/bin/python bench/paths.py --calibrate [--runs 3]
     sudo .venv/bin/python bench/paths.py --allreduce [--seeds 10] [--runs 3]
 
 Runs experiments/paths.yaml (a k=4 fat-tree; random permutation, stride(4) and staggered(0.2, 0.3)
 patterns, one long TCP flow per host on ephemeral ports) once per seed and mode, all on one testbed
-(the mode switched between runs, as `run_on_testbed` does), and prints per pattern and mode the
-share of the non-blocking ideal (the flows' aggregate throughput against a non-blocking switch's,
-where only the NICs limit: workloads/flows/schedule.nonblocking_rates): median and
-worst seed, the windows faithful, and the goals of issue "Path scheduling": paths >= 0.90 of ideal
+(the mode switched between runs, as `run_on_testbed` does), and first the same flows, seed by seed,
+on one non-blocking switch (topologies.star: every host on one soft switch, the same links, mode
+none) — the reference Hedera (NSDI'10) and Mininet-HiFi (CoNEXT'12) measured their fat-trees
+against. Prints per pattern and mode the fat-tree's aggregate goodput as a share of that switch's,
+median and worst seed, beside the switch's own share of the NICs' rates, the windows faithful, and
+the same shares against the NICs' rates (workloads/flows/schedule.nonblocking_rates: max-min where
+only the NICs limit). Goals of issue "Path scheduling", against the measured switch: paths >= 0.90
 on random permutations (median), >= 1.3x ECMP (mode none), never more than 5% below advice alone in
-any seed. Hedera's own figures (NSDI'10, a k=4 fat-tree of hardware switches) beside: 96% of the
-optimal bisection bandwidth, up to 113% above static ECMP. --calibrate measures what the ideal
-means on this emulator: one flow of the scenario's size alone in the fabric (h1 to the last host,
-across the core), its share of its NIC rate, per run. --allreduce runs experiments/paths_allreduce.yaml
-instead (two ring all-reduce tenants on ephemeral ports across the demo's oversubscribed
-leaf-spine) and sets each tenant's busbw, median and worst run per mode, beside the collision-free
-figure (the same tenants on fixed port ranges that ECMP spreads, mode none); goal: paths' worst
-run >= 0.9 of it. (The seed does not choose the kernel's ephemeral ports: each run is a new draw.)
+any seed. Hedera's own figures beside: 96% of optimal bisection bandwidth, up to 113% above ECMP.
+
+A seed takes ~8 min on a 2-core machine, so ten may not fit one sitting: each seed's rows go to a
+ledger, runs/bench-paths/<commit>.jsonl, named by the last commit that changed the code measured
+(the testbed's packages, this bench and the scenario; uncommitted changes there are kept apart as
+-dirty), and the table covers every seed the ledger holds whole. `--seeds 4-10` adds seeds to it,
+`--table` prints it without running anything.
+
+--calibrate measures one flow of the scenario's size alone in the fabric (h1 to the last host,
+across the core): its share of its NIC rate, per run. --allreduce runs
+experiments/paths_allreduce.yaml instead (two ring all-reduce tenants on ephemeral ports across the
+demo's oversubscribed leaf-spine) and sets each tenant's busbw, median and worst run per mode,
+beside the collision-free figure (the same tenants on fixed port ranges that ECMP spreads, mode
+none); goal: paths' worst run >= 0.9 of it. (The seed does not choose the kernel's ephemeral ports:
+each run is a new draw.)
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import statistics
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from emulation.net import Testbed  # noqa: E402
 from lab.experiment import pattern_flows, run_on_testbed  # noqa: E402
@@ -39,16 +55,18 @@ from workloads.fabric import FabricView  # noqa: E402
 from workloads.flows.job import run_flows  # noqa: E402
 from workloads.flows.schedule import Flow, nonblocking_rates  # noqa: E402
 
-SCENARIO = Path(__file__).resolve().parent.parent / "experiments" / "paths.yaml"
+SCENARIO = ROOT / "experiments" / "paths.yaml"
 ALLREDUCE_SCENARIO = SCENARIO.with_name("paths_allreduce.yaml")
 GOAL_SHARE, GOAL_OVER_ECMP, GOAL_VS_ADVICE, GOAL_COLLISION_FREE = 0.90, 1.3, 0.95, 0.9
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--seeds", type=seed_range, default=range(1, 11),
+                        help="N (seeds 1..N) or A-B (seeds A..B, to add to a ledger another run began); default 10")
     parser.add_argument("--modes", help="default: none,advice,flowlet,paths (--allreduce: none,advice,paths)")
     parser.add_argument("--short", type=float, help="scale sizes and times by F (0..1], a quick look")
+    parser.add_argument("--table", action="store_true", help="run nothing: the table from this code's ledger")
     parser.add_argument("--calibrate", action="store_true", help="one flow alone, --runs times, instead")
     parser.add_argument("--allreduce", action="store_true",
                         help="the all-reduce angle: experiments/paths_allreduce.yaml's two ring tenants")
@@ -62,17 +80,87 @@ def main() -> int:
     if args.short:
         scenario = scenario.shortened(args.short)
     if args.allreduce:
-        return allreduce(scenario, args.seeds, args.runs)
+        return allreduce(scenario, len(args.seeds), args.runs)
+    ledger = Ledger.for_code(args.short)
+    print(f"ledger: {ledger.path}{'' if ledger.clean else ' (code differs from its commit: kept apart)'}", flush=True)
+    if not args.table:
+        print(f"non-blocking reference: the same flows on one switch ({len(scenario.topology.hosts)} hosts), mode "
+              f"none, seeds {args.seeds.start}-{args.seeds.stop - 1}", flush=True)
+        for row in switch_rows(scenario, args.seeds):
+            ledger.add(row)
+        print(f"{scenario.topology.name}: modes {', '.join(scenario.modes)}, seeds {args.seeds.start}-"
+              f"{args.seeds.stop - 1}", flush=True)
+        for row in fabric_rows(scenario, args.seeds):
+            ledger.add(row)
+    return table(scenario, ledger)
+
+
+def seed_range(text: str) -> range:
+    first, dash, last = text.partition("-")
+    try:
+        start, stop = (int(first), int(last)) if dash else (1, int(first))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: N or A-B") from None
+    if not 1 <= start <= stop:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: seeds are 1 or more, A <= B")
+    return range(start, stop + 1)
+
+
+CODE = ("controller", "softswitch", "hostagent", "emulation", "workloads", "wire", "lab", "topologies", "p4src",
+        "bench/paths.py", "experiments/paths.yaml")
+
+
+@dataclasses.dataclass
+class Ledger:
+    """The bench's results, a JSON line per (seed, pattern, where, mode), kept per version of the
+    code they measure (the last commit that changed it): seeds run on different days add up to one
+    table only when the code is the same. Code that differs from its commit is kept apart (-dirty)."""
+
+    path: Path
+    clean: bool
+
+    @classmethod
+    def for_code(cls, short: float | None) -> Ledger:
+        def git(*argv: str) -> str:
+            return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+        commit = git("log", "-1", "--format=%h", "--", *CODE)
+        clean = not git("status", "--porcelain", "--", *CODE)
+        name = commit + ("" if clean else "-dirty") + (f"-short{short:g}" if short else "")
+        return cls(ROOT / "runs" / "bench-paths" / f"{name}.jsonl", clean)
+
+    def add(self, row: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as out:
+            out.write(json.dumps({**row, "at": time.strftime("%Y-%m-%d %H:%M")}) + "\n")
+
+    def rows(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+
+def table(scenario: Scenario, ledger: Ledger) -> int:
+    """The tables and the goals over every seed the ledger holds whole (the one-switch reference and
+    every mode of every pattern); the latest row where a seed was run twice."""
     patterns = [j.name for j in scenario.jobs]
-    print(f"non-blocking reference: the same flows on one switch ({len(scenario.topology.hosts)} hosts), mode none, "
-          f"{args.seeds} seeds", flush=True)
-    switch, switch_faithful = nonblocking(scenario, args.seeds)
-    print(f"{scenario.topology.name}: modes {', '.join(scenario.modes)}, {args.seeds} seeds", flush=True)
-    aggregate, faithful = sweep(scenario, args.seeds, "aggregate_mbps", "bench-paths")
-    nic = {p: nic_ideal_mbps(scenario, p, args.seeds) for p in patterns}  # per seed, where only NICs limit
+    latest = {(r["seed"], r["pattern"], r["where"], r["mode"]): r for r in ledger.rows()}
+    wanted = [(p, "switch", "none") for p in patterns] + [(p, "fabric", m) for p in patterns for m in scenario.modes]
+    seeds = sorted(s for s in {k[0] for k in latest} if all((s, *w) in latest for w in wanted))
+    if not seeds:
+        print(f"no seed in {ledger.path} has every pattern and mode ({', '.join(scenario.modes)}) yet")
+        return 1
+    days = sorted({latest[(s, *w)]["at"][:10] for s in seeds for w in wanted})
+    print(f"\n{len(seeds)} seeds ({', '.join(map(str, seeds))}), run {', '.join(days)}; code {ledger.path.stem}")
+
+    def column(p: str, where: str, mode: str, key: str) -> list[float]:
+        return [latest[(s, p, where, mode)][key] for s in seeds]
+
+    switch = {p: column(p, "switch", "none", "aggregate_mbps") for p in patterns}
     # Hedera's and Mininet-HiFi's figure: the fat-tree's aggregate against the same flows' on a
     # non-blocking switch, measured (seed by seed: the same flows)
-    shares = {(p, m): [a / b if b else 0.0 for a, b in zip(aggregate[(p, m)], switch[p], strict=True)]
+    shares = {(p, m): [a / b if b else 0.0 for a, b in zip(column(p, "fabric", m, "aggregate_mbps"), switch[p],
+                                                           strict=True)]
               for p in patterns for m in scenario.modes}
     print("\nshare of the non-blocking switch (the same flows on one switch, measured), median (worst seed); "
           "windows faithful, median")
@@ -80,25 +168,29 @@ def main() -> int:
     print("|---" * (len(scenario.modes) + 2) + "|")
     for p in patterns:
         cells = [f"{statistics.median(shares[(p, m)]):.2f} ({min(shares[(p, m)]):.2f})" for m in scenario.modes]
-        of_nics = statistics.median(a / b for a, b in zip(switch[p], nic[p], strict=True))
-        print(f"| {p} | {statistics.median(switch[p]):.2f} ({of_nics:.2f}) | "
-              + " | ".join(cells) + " |")
-    print(f"| windows faithful | {statistics.median(switch_faithful):.0%} | "
+        of_nics = statistics.median(a / b for a, b in zip(switch[p], column(p, "switch", "none", "nic_mbps"),
+                                                          strict=True))
+        print(f"| {p} | {statistics.median(switch[p]):.2f} ({of_nics:.2f}) | " + " | ".join(cells) + " |")
+    faithful = {m: [latest[(s, p, "fabric", m)]["faithful"] for s in seeds for p in patterns[:1]]
+                for m in scenario.modes}
+    on_switch = [latest[(s, p, "switch", "none")]["faithful"] for s in seeds for p in patterns]
+    print(f"| windows faithful | {statistics.median(on_switch):.0%} | "
           + " | ".join(f"{statistics.median(faithful[m]):.0%}" for m in scenario.modes) + " |")
     print("\nshare of the NICs' rates (max-min on a switch where only the NICs limit), median (worst seed)")
     print("| pattern | " + " | ".join(scenario.modes) + " |")
     print("|---" * (len(scenario.modes) + 1) + "|")
     for p in patterns:
         cells = [f"{statistics.median(v):.2f} ({min(v):.2f})" for v in
-                 ([a / b for a, b in zip(aggregate[(p, m)], nic[p], strict=True)] for m in scenario.modes)]
+                 ([a / b for a, b in zip(column(p, "fabric", m, "aggregate_mbps"), column(p, "fabric", m, "nic_mbps"),
+                                         strict=True)] for m in scenario.modes)]
         print(f"| {p} | " + " | ".join(cells) + " |")
     print("Hedera (NSDI'10, hardware k=4 fat-tree against a non-blocking switch): 96% of optimal bisection bandwidth, "
           "up to 113% over ECMP")
     ok = True
     if "paths" in scenario.modes:
         random_paths = statistics.median(shares[("random", "paths")])
-        ok &= _goal(f"paths on random permutations: median {random_paths:.2f} of ideal", random_paths >= GOAL_SHARE,
-                    f">= {GOAL_SHARE}")
+        ok &= _goal(f"paths on random permutations: median {random_paths:.2f} of the non-blocking switch",
+                    random_paths >= GOAL_SHARE, f">= {GOAL_SHARE}")
         if "none" in scenario.modes:
             ecmp = statistics.median(shares[("random", "none")])
             ratio = random_paths / ecmp if ecmp else float("inf")
@@ -109,6 +201,8 @@ def main() -> int:
                         for pth, a in zip(shares[(p, "paths")], shares[(p, "advice")], strict=True))
             ok &= _goal(f"paths / advice, worst seed and pattern: {worst:.2f}", worst >= GOAL_VS_ADVICE,
                         f">= {GOAL_VS_ADVICE}")
+    if len(seeds) < 10:
+        print(f"{len(seeds)} of the issue's 10 seeds: add more with --seeds {max(seeds) + 1}-10 (same code)")
     return 0 if ok else 1
 
 
@@ -134,45 +228,60 @@ def sweep(scenario: Scenario, seeds: int, figure: str, name: str) -> tuple[Figur
     return values, faithful
 
 
-def nonblocking(scenario: Scenario, seeds: int) -> tuple[dict[str, list[float]], list[float]]:
+def fabric_rows(scenario: Scenario, seeds: range) -> Iterator[dict]:
+    """The scenario once per seed on one testbed of its fabric (every mode each time): a ledger row
+    per pattern and mode as each seed ends (a failed job's aggregate counts 0)."""
+    nic = {j.name: nic_ideal_mbps(scenario, j.name, seeds) for j in scenario.jobs}
+    with Testbed(scenario.topology, dataplane=scenario.dataplane, name="bench-paths", mode="none") as tb:
+        for seed in seeds:
+            result = run_on_testbed(tb, dataclasses.replace(scenario, seed=seed), progress=lambda text: None)
+            for mode, run in result.runs.items():
+                for record in run.jobs:
+                    yield {"seed": seed, "pattern": record.name, "where": "fabric", "mode": mode,
+                           "aggregate_mbps": record.figures.get("aggregate_mbps", 0.0) if record.ok else 0.0,
+                           "nic_mbps": nic[record.name][seed], "faithful": run.faithful_share}
+                print(f"seed {seed} {mode}: " + " ".join(
+                    f"{r.name} {r.figures.get('aggregate_mbps', 0.0) if r.ok else 0.0:.2f}" for r in run.jobs)
+                      + f" Mbit/s; {run.faithful_share:.0%} faithful", flush=True)
+
+
+def switch_rows(scenario: Scenario, seeds: range) -> Iterator[dict]:
     """Each pattern's flows, seed by seed (the same flows the fat-tree carries), on one switch that
-    every host hangs from, mode none: their aggregate goodput (Mbit/s) per pattern and seed, and the
-    share of faithful windows per run. Hedera's "optimal" and Mininet-HiFi's "non-blocking" bars are
-    this, measured; the emulator's own costs (headers, slow start, the soft switch) are in both."""
+    every host hangs from, mode none: a ledger row per pattern and seed with their aggregate goodput
+    (Mbit/s). Hedera's "optimal" and Mininet-HiFi's "non-blocking" bars are this, measured; the
+    emulator's own costs (headers, slow start, the soft switch) are in both."""
     topo = scenario.topology
     link = topo.host_link(topo.hosts[0].name)
     switch = star(len(topo.hosts), capacity_mbps=link.capacity_mbps, queue_pkts=link.queue_pkts)
     if [h.name for h in switch.hosts] != [h.name for h in topo.hosts]:
         raise SystemExit(f"{topo.name}: hosts are not h1..h{len(topo.hosts)}; the one-switch reference names them so")
-    aggregate: dict[str, list[float]] = {}
-    faithful: list[float] = []
+    nic = {j.name: nic_ideal_mbps(scenario, j.name, seeds) for j in scenario.jobs}
     with Testbed(switch, dataplane=scenario.dataplane, name="bench-paths-nonblocking", mode="none") as tb:
         view = FabricView.of_testbed(tb)
-        for seed in range(1, seeds + 1):
+        for seed in seeds:
             for job in scenario.jobs:
                 flows = pattern_flows(job, topo, seed)
                 t0 = tb.now()
                 outcome = run_flows(flows, view, name=f"{job.name}-{seed}", kind="pattern", progress=None)
                 verdict = tb.verdict(t0, tb.now())
-                faithful.append(verdict.fraction)
                 done = [f for f in outcome.flows if f.ok]
                 if len(done) != len(flows):
                     raise SystemExit(f"non-blocking reference, {job.name} seed {seed}: "
                                      f"{len(flows) - len(done)} flows did not complete")
-                aggregate.setdefault(job.name, []).append(sum(f.goodput_mbps for f in done))
-                print(f"seed {seed} one switch: {job.name} {aggregate[job.name][-1]:.2f} Mbit/s; {verdict.line()}",
-                      flush=True)
-    return aggregate, faithful
+                aggregate = sum(f.goodput_mbps for f in done)
+                yield {"seed": seed, "pattern": job.name, "where": "switch", "mode": "none",
+                       "aggregate_mbps": aggregate, "nic_mbps": nic[job.name][seed], "faithful": verdict.fraction}
+                print(f"seed {seed} one switch: {job.name} {aggregate:.2f} Mbit/s; {verdict.line()}", flush=True)
 
 
-def nic_ideal_mbps(scenario: Scenario, pattern: str, seeds: int) -> list[float]:
+def nic_ideal_mbps(scenario: Scenario, pattern: str, seeds: range) -> dict[int, float]:
     """Per seed, the pattern's aggregate (Mbit/s) on a switch where only the NICs limit (max-min;
     a permutation: every flow at its NIC's rate)."""
     job = next(j for j in scenario.jobs if j.name == pattern)
     topo = scenario.topology
     link_mbps = topo.host_link(job.hosts[0]).capacity_mbps
-    return [sum(nonblocking_rates([(f.src, f.dst) for f in pattern_flows(job, topo, seed)], link_mbps))
-            for seed in range(1, seeds + 1)]
+    return {seed: sum(nonblocking_rates([(f.src, f.dst) for f in pattern_flows(job, topo, seed)], link_mbps))
+            for seed in seeds}
 
 
 def allreduce(scenario: Scenario, seeds: int, reference_runs: int) -> int:
