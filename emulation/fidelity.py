@@ -18,10 +18,11 @@ from typing import Any
 
 from emulation.cpuuse import CpuUsage
 from wire import runfiles
-from wire.fidelity import WINDOW_S, WindowRecord, judge, read_records
+from wire.fidelity import WINDOW_S, FidelityIndex, WindowRecord, judge, read_records
 
 FIDELITY_CSV = runfiles.FIDELITY
-__all__ = ["FIDELITY_CSV", "Verdict", "WindowRecord", "drops_by_window", "read_records", "recent", "verdict"]
+__all__ = ["FIDELITY_CSV", "FidelityIndex", "Verdict", "WindowRecord", "drops_by_window", "read_records", "recent",
+           "verdict", "window_span"]
 
 
 @dataclass
@@ -76,12 +77,17 @@ class Verdict:
                 for w in sorted(self.flagged) if w in set(self.windows)]
 
 
+def window_span(t0: float, t1: float) -> tuple[int, int]:
+    """The windows [first, last) wall-clock [t0, t1) touches."""
+    return int(t0 / WINDOW_S), math.ceil(t1 / WINDOW_S)
+
+
 def verdict(records: Iterable[WindowRecord], t0: float, t1: float, sources: Iterable[str] | None = None,
             run_start: float | None = None, sampled: Iterable[str] = ()) -> Verdict:
     """The verdict over wall-clock [t0, t1) for the switches in `sources` (None: every switch);
     `sampled`: switches timed only from INT samples (BMv2, by the controller), named in the line."""
     wanted = set(sources) if sources is not None else None
-    first, last = int(t0 / WINDOW_S), math.ceil(t1 / WINDOW_S)
+    first, last = window_span(t0, t1)
     j = judge(records, first, last, wanted)
     return Verdict(t0, t1, t0 if run_start is None else run_start, list(range(first, last)), j.flagged,
                    j.worst_ms, j.worst_source, j.worst_at, j.loop_worst,

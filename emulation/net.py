@@ -174,6 +174,7 @@ class Testbed:
         self._schemas: dict[Path, P4Schema] = {}  # P4Info file -> its schema (schema_of)
         self._allowed_cc_before: str | None = None  # the root namespace's list, if this testbed changed it
         self.cpu: cpuuse.CpuSampler | None = None  # cpu.csv: where the CPU goes, per window
+        self._fidelity: fid.FidelityIndex | None = None  # fidelity.csv, read as it grows (verdict)
         self.server_samplers: dict[str, tuple[Spawner, subprocess.Popen]] = {}  # cluster: each server's own
         self.rtwatch: dict[str, tuple[Spawner, subprocess.Popen]] = {}  # the real-time watchdog of each machine
 
@@ -197,6 +198,7 @@ class Testbed:
         register(self.run_dir)
         (self.run_dir / runfiles.TOPOLOGY).write_text(self.topo.to_yaml())
         create_file(self.fidelity_path)
+        self._fidelity = None
         self.cpu = cpuuse.CpuSampler(self.run_dir).start()
         try:
             self._allowed_cc_before = allow_in_root_namespace()
@@ -546,7 +548,10 @@ class Testbed:
     def verdict(self, t0: float, t1: float, switches: list[str] | None = None) -> fid.Verdict:
         """Fidelity of wall-clock [t0, t1) on `switches` (default: all), from fidelity.csv."""
         sampled = [name for name, sw in self.switches.items() if sw.kind != "soft"]
-        result = fid.verdict(fid.read_records(self.fidelity_path), t0, t1, switches, self.ready_at or t0, sampled)
+        if self._fidelity is None:
+            self._fidelity = fid.FidelityIndex(self.fidelity_path)
+        records = self._fidelity.records(*fid.window_span(t0, t1))
+        result = fid.verdict(records, t0, t1, switches, self.ready_at or t0, sampled)
         result.cpu = cpuuse.usage(self.run_dir / cpuuse.CPU_CSV, t0, t1)
         for server, cores in (self.cluster.cores.items() if self.cluster is not None else ()):
             if (used := cpuuse.usage(self.run_dir / runfiles.server_cpu(server), t0, t1, cores)) is not None:

@@ -22,8 +22,9 @@ above the tolerance; ``late_from`` is the earliest moment a late event of the wi
 late (its detection time minus its lateness), ``late_until`` the latest detection time plus
 lateness (the backlog a stall released drains in as long as the stall lasted), so a reader can flag
 every window a stall and its aftermath covered.
-Records are read back by `read_records` (a whole file) or `FidelityTail` (following a live file, for
-the controller's /metrics and live page); the verdict is in emulation/fidelity.py.
+Records are read back by `read_records` (a whole file), `FidelityIndex` (a growing file read once,
+bucketed by window: a testbed's verdicts) or `FidelityTail` (following a live file, for the
+controller's /metrics and live page); the verdict is in emulation/fidelity.py.
 
 Default tolerance, DEFAULT_TOLERANCE_MS: a lateness of L at link rate R releases L·R/1500 frames at
 once; at the default 20 Mbit/s a frame takes 0.6 ms, so 2 ms is 3.3 frames, below the 5-packet queue
@@ -38,9 +39,10 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from wire.runfiles import LineTail
 
@@ -54,7 +56,7 @@ COLUMNS = ("window", "source", "kind", "events", "late_events", "max_late_ms", "
 HEADER = ",".join(COLUMNS) + "\n"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WindowRecord:
     """One line of fidelity.csv (times in wall-clock seconds, lateness in ms)."""
 
@@ -106,9 +108,9 @@ def judge(records: Iterable[WindowRecord], first: int, last: int, sources: set[s
             continue
         if sources is not None and rec.source not in sources:
             continue
-        for w in rec.flagged():
-            if first <= w < last:
-                out.flagged.setdefault(w, set()).add(rec.source)
+        span = rec.flagged()
+        for w in range(max(span.start, first), min(span.stop, last)):
+            out.flagged.setdefault(w, set()).add(rec.source)
         if first <= rec.window < last and rec.max_late_ms > out.worst_ms:
             out.worst_ms, out.worst_source, out.worst_at = rec.max_late_ms, rec.source, rec.start
     return out
@@ -123,19 +125,79 @@ def read_records(path: Path) -> list[WindowRecord]:
         return []
 
 
-def parse_row(row: dict[str, str]) -> WindowRecord | None:
-    """One record from a row of fidelity.csv (column → text); None for a malformed or truncated row."""
-    try:
-        return WindowRecord(
-            window=round(float(row["window"]) / WINDOW_S), source=row["source"], kind=row["kind"],
-            events=int(row["events"]), late_events=int(row["late_events"]),
-            max_late_ms=float(row["max_late_ms"]),
-            late_from=float(row["late_from"]) if row["late_from"] else None,
-            late_until=float(row["late_until"]) if row["late_until"] else None,
-            ingress_max_ms=float(row["ingress_max_ms"]), egress_max_ms=float(row["egress_max_ms"]),
-            drops=int(row["drops"]) if row["drops"] else None)
-    except (KeyError, TypeError, ValueError):
+KINDS = ("switch", "loop")
+# A late event's span (late_from, late_until) further than this from its window is no record of this
+# file's writers: a line that two writers' appends cut into each other (seen on a run directory
+# shared through FUSE, where O_APPEND is not atomic between machines) can still parse.
+MAX_SPAN_S = 600.0
+
+
+def parse_row(row: Mapping[Any, Any]) -> WindowRecord | None:
+    """One record from a row of fidelity.csv (column → text, as csv.DictReader gives it); None for a
+    malformed or truncated row (see parse_fields), or one with fields over (DictReader's None key)."""
+    values: list[Any] = [row.get(c) for c in COLUMNS]
+    if None in row or any(v is None for v in values):
         return None
+    return parse_fields(values)
+
+
+def parse_fields(values: list[str]) -> WindowRecord | None:
+    """One record from a line's fields in COLUMNS order; None for the header or a malformed line:
+    fields missing or over, a kind not in KINDS, counts below zero, or a late span that does not
+    surround its window within MAX_SPAN_S."""
+    if len(values) != len(COLUMNS):
+        return None
+    (window_text, source, kind, events, late_events, max_late_ms, late_from_text, late_until_text, ingress_max_ms,
+     egress_max_ms, drops) = values
+    try:
+        window = float(window_text)
+        late_from = float(late_from_text) if late_from_text else None
+        late_until = float(late_until_text) if late_until_text else None
+        record = WindowRecord(
+            window=round(window / WINDOW_S), source=source, kind=kind, events=int(events),
+            late_events=int(late_events), max_late_ms=float(max_late_ms), late_from=late_from,
+            late_until=late_until, ingress_max_ms=float(ingress_max_ms), egress_max_ms=float(egress_max_ms),
+            drops=int(drops) if drops else None)
+    except ValueError:
+        return None
+    spans = [t for t in (late_from, late_until) if t is not None]
+    if (kind not in KINDS or not source or min(record.events, record.late_events, record.drops or 0) < 0
+            or any(abs(t - window) > MAX_SPAN_S for t in spans) or (len(spans) == 2 and spans[0] > spans[1])):
+        return None
+    return record
+
+
+class FidelityIndex:
+    """A fidelity.csv read as processes append to it, each line parsed once (runfiles.LineTail), its
+    records bucketed by window, so a verdict over [first, last) judges the records that can bear on
+    those windows instead of re-reading the file: over an 80-minute bench a fidelity.csv holds ~2
+    million lines, and reading one whole took 23 s for 280,000 on a busy 2-core machine, once per
+    verdict. A record bears on the windows it is in and those its late events flag (`flagged`,
+    which reaches back to the start of a stall and ahead through its aftermath): `records` returns
+    every record whose window lies within the widest such reach seen so far of [first, last), a
+    superset of what `judge` uses: the same flagged windows, worst lateness and loop lags as the whole
+    file gives."""
+
+    def __init__(self, path: Path) -> None:
+        self.lines = LineTail(path)
+        self.by_window: dict[int, list[WindowRecord]] = {}
+        self.back = 0  # the most windows a late record flagged before its own
+        self.ahead = 0  # ... and after it
+        self.lock = threading.Lock()
+
+    def records(self, first: int, last: int) -> list[WindowRecord]:
+        """Every record (appended so far) that can bear on windows [first, last)."""
+        with self.lock:
+            for rec in self.lines.poll(parse_fields):
+                self.by_window.setdefault(rec.window, []).append(rec)
+                if rec.late_events:
+                    span = rec.flagged()
+                    self.back = max(self.back, rec.window - span.start)
+                    self.ahead = max(self.ahead, span.stop - 1 - rec.window)
+            low, high = first - self.ahead, last + self.back
+            if high - low > len(self.by_window):  # a span wider than the file: walk the buckets instead
+                return [rec for w, bucket in self.by_window.items() if low <= w < high for rec in bucket]
+            return [rec for w in range(low, high) for rec in self.by_window.get(w, ())]
 
 
 class FidelityTail:
@@ -153,7 +215,7 @@ class FidelityTail:
     def poll(self) -> list[WindowRecord]:
         """Parse what was appended since the last poll; returns those records (thread-safe)."""
         with self.lock:
-            records = self.lines.poll(lambda values: parse_row(dict(zip(COLUMNS, values, strict=False))))
+            records = self.lines.poll(parse_fields)
             for rec in records:
                 key = (rec.source, rec.kind)
                 self.windows[key] = self.windows.get(key, 0) + 1

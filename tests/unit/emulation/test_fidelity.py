@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from emulation.fidelity import drops_by_window, read_records, recent, verdict
+from emulation.fidelity import FidelityIndex, drops_by_window, read_records, recent, verdict, window_span
 from softswitch.egress import EgressQueue
 from wire.fidelity import FidelityWindows, create_file
 
@@ -105,3 +105,65 @@ def test_egress_due_is_the_ideal_departure_of_a_backlogged_head():
     wait = queue.service(queue.due)
     assert queue.due == pytest.approx(queue.due) and wait == pytest.approx(0.001, rel=0.01)
     assert queue.service(1.0) is None and queue.due == 0.0
+
+
+def test_the_index_gives_the_verdict_the_whole_file_gives_while_the_file_grows(path):
+    """FidelityIndex (a testbed's verdicts) reads each line once, and a stall recorded long after it
+    began still spoils the windows it reached back to, as the whole file says."""
+    import random
+
+    rng = random.Random(7)
+    index = FidelityIndex(path)
+    switches = [FidelityWindows(path, f"s{i}", "switch") for i in range(1, 4)]
+    ctl = FidelityWindows(path, "controller", "loop")
+    for i in range(300):
+        now = T0 + i * 0.1
+        for fid in (*switches, ctl):
+            fid.tick(now)
+            fid.events += 1
+        if i == 200:  # a 3 s stall, seen 3 s after it began: windows 170..200
+            switches[1].late(3.0, now + 0.05)
+        elif rng.random() < 0.05:
+            rng.choice(switches).late(rng.uniform(0.003, 0.3), now + 0.05)
+        ctl.late(rng.uniform(0.0, 0.004), now + 0.01)
+        if i % 70 == 0:  # read while the file grows (and a verdict asked on the way)
+            index.records(*window_span(T0, now))
+    for fid in (*switches, ctl):
+        fid.close()
+    with path.open("a") as f:
+        f.write("1000029.9,s1,swi")  # a line still being written
+    whole = read_records(path)
+    for t0, t1 in ((T0, T0 + 30), (T0 + 17.5, T0 + 18.0), (T0 + 19.0, T0 + 21.0), (T0 + 5, T0 + 5.05)):
+        expected = verdict(whole, t0, t1)
+        got = verdict(index.records(*window_span(t0, t1)), t0, t1)
+        assert (got.flagged, got.worst_ms, got.loop_worst) == (expected.flagged, expected.worst_ms,
+                                                                expected.loop_worst)
+    stall = verdict(index.records(*window_span(T0 + 17.5, T0 + 18.0)), T0 + 17.5, T0 + 18.0)
+    assert stall.fraction == 0.0 and index.back >= 30
+    assert len(index.records(*window_span(T0 + 5, T0 + 5.05))) < len(whole) / 4
+    assert sorted(index.records(0, 2 ** 40), key=repr) == sorted(whole, key=repr)  # wider than the file
+
+
+def test_lines_two_writers_cut_into_each_other_are_not_records(path):
+    """On a run directory shared through FUSE, appends of two machines interleaved (O_APPEND is not
+    atomic there): the pieces must not parse into records, above all not into one whose late span
+    reaches 10^20 windows away, which held a verdict for minutes."""
+    fid = FidelityWindows(path, "s1", "switch")
+    fid.tick(T0, 0)
+    fid.events += 1
+    fid.late(0.004, T0 + 0.05)
+    fid.tick(T0 + 0.1, 0)
+    fid.close()
+    with path.open("a") as f:
+        f.write("1000000.2,h2,loop,91000000.2,h11,loop,9,1,2.941,1000000.225315,1000000.231197,0.000,0.000,\n"
+                ",1,3.056,1000000.225448,1000000.231560,0.000,0.000,\n"
+                "1000000.3,s1000000.3,controller,loop,4,4,24.764,1000000.389619,1000000.397151,0.000,0.000,\n"
+                "4,switch,115,9,3.068,1000000.326981,1000000.393292,2.886,3.068,0\n"
+                "100000031000000.4,s2,switch,1,1,3.0,1000000.40,1000000.41,3.0,0.0,0\n"
+                "1000000.5,s2,switch,1,1,3.0,1000000.55,1000000.45,3.0,0.0,0\n"
+                "1000000.6,s2,swatch,1,1,3.0,1000000.60,1000000.61,3.0,0.0,0\n")
+    records = read_records(path)
+    assert [(r.source, r.window) for r in records] == [("s1", round(T0 / 0.1))]
+    index = FidelityIndex(path)
+    assert index.records(*window_span(T0, T0 + 1)) == records
+    assert verdict(records, T0, T0 + 1).fraction == pytest.approx(0.9)
