@@ -441,7 +441,9 @@ class Testbed:
             self.agents[host.name] = self.spawner.start(
                 f"agent-{host.name}", [sys.executable, "-m", "hostagent", "--run-dir", str(self.run_dir),
                                        "--host", host.name, "--ip", address.ip, "--intf", host.defaultIntf().name,
-                                       "--fidelity-file", str(self.fidelity_path)],
+                                       "--fidelity-file", str(self.run_dir / runfiles.server_fidelity(
+                                           self.cluster.server_of.get(host.name, "localhost")
+                                           if self.cluster is not None else "localhost"))],
                 self.run_dir / runfiles.HOSTAGENTS / f"{host.name}.out", host=host.name, new_session=True)
         deadline = time.monotonic() + 20
         for name, proc in self.agents.items():

@@ -29,7 +29,6 @@ from wire.fidelity import BMV2_RATE_PKT_BYTES
 from wire.proto import p4r, p4r_grpc
 from wire.realtime import RealtimeError
 
-FIDELITY_CSV = runfiles.FIDELITY
 READY_TIMEOUT_S = 30.0
 BMV2_TOOLS = ("simple_switch_grpc", "p4c-bm2-ss")
 BUILD_DIR = PROJECT_ROOT / "build"
@@ -218,7 +217,8 @@ class SoftSwitchProcess(SwitchProcess):
         cmd = [sys.executable, "-m", "softswitch", "--device-id", str(self.device_id), "--name", self.name,
                "--grpc-server-addr", self.serve_address, "--cpu-port", str(CPU_PORT),
                "--stats-file", str(self.stats_path), "--seed", str(self.seed), "--faults-file", str(self.faults_path)]
-        cmd += ["--fidelity-file", str(self.run_dir / FIDELITY_CSV)] if self.fidelity else ["--no-fidelity"]
+        cmd += (["--fidelity-file", str(self.run_dir / runfiles.server_fidelity(self.spawner.server))] if self.fidelity
+                else ["--no-fidelity"])
         if self.fidelity_tolerance_ms is not None:
             cmd += ["--fidelity-tolerance-ms", str(self.fidelity_tolerance_ms)]
         for port, intf in self.ports:

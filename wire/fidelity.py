@@ -116,13 +116,24 @@ def judge(records: Iterable[WindowRecord], first: int, last: int, sources: set[s
     return out
 
 
+def fidelity_files(path: Path) -> list[Path]:
+    """A run's fidelity files: `path` (fidelity.csv, this machine's processes) and, in cluster mode,
+    each other server's beside it (runfiles.server_fidelity: fidelity-<server>.csv)."""
+    path = Path(path)
+    return [path, *sorted(path.parent.glob(f"{path.stem}-*{path.suffix}"))]
+
+
 def read_records(path: Path) -> list[WindowRecord]:
-    """Every record of a fidelity.csv; a truncated last line (process killed mid-write) is skipped."""
-    try:
-        with Path(path).open(newline="") as f:
-            return [rec for row in csv.DictReader(f) if (rec := parse_row(row)) is not None]
-    except FileNotFoundError:
-        return []
+    """Every record of a fidelity.csv and of the other servers' files beside it (fidelity_files); a
+    malformed line (a truncated last line of a process killed mid-write, say) is skipped."""
+    out: list[WindowRecord] = []
+    for one in fidelity_files(path):
+        try:
+            with one.open(newline="") as f:
+                out += [rec for row in csv.DictReader(f) if (rec := parse_row(row)) is not None]
+        except FileNotFoundError:
+            pass
+    return out
 
 
 KINDS = ("switch", "loop")
@@ -167,8 +178,23 @@ def parse_fields(values: list[str]) -> WindowRecord | None:
     return record
 
 
+class FidelityLines:
+    """Follows a run's fidelity files as processes append to them (a LineTail each, a server's file
+    followed from when it appears): `poll` parses the complete lines written since the last poll."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.tails: dict[Path, LineTail] = {}
+
+    def poll(self) -> list[WindowRecord]:
+        for one in fidelity_files(self.path):
+            if one not in self.tails:
+                self.tails[one] = LineTail(one)
+        return [rec for tail in self.tails.values() for rec in tail.poll(parse_fields)]
+
+
 class FidelityIndex:
-    """A fidelity.csv read as processes append to it, each line parsed once (runfiles.LineTail), its
+    """A run's fidelity files read as processes append to them, each line parsed once (FidelityLines), its
     records bucketed by window, so a verdict over [first, last) judges the records that can bear on
     those windows instead of re-reading the file: over an 80-minute bench a fidelity.csv holds ~2
     million lines, and reading one whole took 23 s for 280,000 on a busy 2-core machine, once per
@@ -179,7 +205,7 @@ class FidelityIndex:
     file gives."""
 
     def __init__(self, path: Path) -> None:
-        self.lines = LineTail(path)
+        self.lines = FidelityLines(path)
         self.by_window: dict[int, list[WindowRecord]] = {}
         self.back = 0  # the most windows a late record flagged before its own
         self.ahead = 0  # ... and after it
@@ -188,7 +214,7 @@ class FidelityIndex:
     def records(self, first: int, last: int) -> list[WindowRecord]:
         """Every record (appended so far) that can bear on windows [first, last)."""
         with self.lock:
-            for rec in self.lines.poll(parse_fields):
+            for rec in self.lines.poll():
                 self.by_window.setdefault(rec.window, []).append(rec)
                 if rec.late_events:
                     span = rec.flagged()
@@ -201,12 +227,12 @@ class FidelityIndex:
 
 
 class FidelityTail:
-    """Follows a fidelity.csv while processes append to it (runfiles.LineTail): each `poll` parses the
-    lines written since the last one and keeps, per (source, kind), windows seen, late windows, and
+    """Follows a run's fidelity files while processes append to them (FidelityLines): each `poll`
+    parses the lines written since the last one and keeps, per (source, kind), windows seen, late windows, and
     the newest window's record. For live readers (the controller's /metrics and live page)."""
 
     def __init__(self, path: Path) -> None:
-        self.lines = LineTail(path)
+        self.lines = FidelityLines(path)
         self.windows: dict[tuple[str, str], int] = {}
         self.late_windows: dict[tuple[str, str], int] = {}
         self.newest: dict[tuple[str, str], WindowRecord] = {}
@@ -215,7 +241,7 @@ class FidelityTail:
     def poll(self) -> list[WindowRecord]:
         """Parse what was appended since the last poll; returns those records (thread-safe)."""
         with self.lock:
-            records = self.lines.poll(parse_fields)
+            records = self.lines.poll()
             for rec in records:
                 key = (rec.source, rec.kind)
                 self.windows[key] = self.windows.get(key, 0) + 1

@@ -135,6 +135,15 @@ def read_agent_mode(run_dir: Path, host: str) -> str | None:
         return None
 
 
+def server_fidelity(server: str) -> str:
+    """Where the processes on `server` append their fidelity records ("localhost": this machine's,
+    fidelity.csv). A server of a cluster appends to a file of its own: appends of two machines to one
+    file on a shared run directory cut into each other's lines (O_APPEND is atomic within one
+    kernel, not across NFS or FUSE clients). Readers take fidelity.csv and these beside it
+    (wire/fidelity.fidelity_files)."""
+    return FIDELITY if server == "localhost" else f"fidelity-{server}.csv"
+
+
 def server_cpu(server: str) -> str:
     """Cluster mode: the CPU a server's processes used, per window (emulation/cpuuse.py, sampled there)."""
     return f"cpu-{server}.csv"

@@ -6,7 +6,7 @@ import pytest
 
 from emulation.fidelity import FidelityIndex, drops_by_window, read_records, recent, verdict, window_span
 from softswitch.egress import EgressQueue
-from wire.fidelity import FidelityWindows, create_file
+from wire.fidelity import FidelityTail, FidelityWindows, create_file
 
 T0 = 1_000_000.0  # wall-clock seconds, on a window boundary
 
@@ -167,3 +167,29 @@ def test_lines_two_writers_cut_into_each_other_are_not_records(path):
     index = FidelityIndex(path)
     assert index.records(*window_span(T0, T0 + 1)) == records
     assert verdict(records, T0, T0 + 1).fraction == pytest.approx(0.9)
+
+
+def test_another_servers_file_is_read_beside_this_machines_even_when_it_appears_later(path):
+    """Cluster mode: each server appends to fidelity-<server>.csv (runfiles.server_fidelity), never to
+    the file this machine appends to; every reader takes both."""
+    from wire.runfiles import server_fidelity
+
+    here = FidelityWindows(path, "s1", "switch")
+    here.tick(T0)
+    here.events += 1
+    here.tick(T0 + 0.1)
+    index = FidelityIndex(path)
+    tail = FidelityTail(path)
+    assert [r.source for r in index.records(*window_span(T0, T0 + 1))] == ["s1"]
+    assert server_fidelity("localhost") == path.name
+    there = FidelityWindows(path.parent / server_fidelity("srv2"), "s7", "switch")
+    there.tick(T0)
+    there.events += 1
+    there.late(0.01, T0 + 0.05)
+    there.tick(T0 + 0.1)
+    here.close()
+    there.close()
+    assert sorted(r.source for r in read_records(path)) == ["s1", "s7"]
+    assert sorted(r.source for r in index.records(*window_span(T0, T0 + 1))) == ["s1", "s7"]
+    assert {r.source for r in tail.poll()} == {"s1", "s7"}
+    assert verdict(read_records(path), T0, T0 + 1).worst_source == "s7"
