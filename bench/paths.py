@@ -36,11 +36,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from emulation.net import Testbed  # noqa: E402
 from lab.experiment import pattern_flows, run_on_testbed  # noqa: E402
+from lab.ledger import TESTBED_CODE, Ledger  # noqa: E402
 from lab.scenario import Scenario, load_scenario  # noqa: E402
 from topologies import star  # noqa: E402
 from workloads.fabric import FabricView  # noqa: E402
@@ -81,7 +79,7 @@ def main() -> int:
         scenario = scenario.shortened(args.short)
     if args.allreduce:
         return allreduce(scenario, len(args.seeds), args.runs)
-    ledger = Ledger.for_code(args.short)
+    ledger = Ledger.for_code("bench-paths", CODE, f"short{args.short:g}" if args.short else "")
     print(f"ledger: {ledger.path}{'' if ledger.clean else ' (code differs from its commit: kept apart)'}", flush=True)
     if not args.table:
         print(f"non-blocking reference: the same flows on one switch ({len(scenario.topology.hosts)} hosts), mode "
@@ -106,38 +104,7 @@ def seed_range(text: str) -> range:
     return range(start, stop + 1)
 
 
-CODE = ("controller", "softswitch", "hostagent", "emulation", "workloads", "wire", "lab", "topologies", "p4src",
-        "bench/paths.py", "experiments/paths.yaml")
-
-
-@dataclasses.dataclass
-class Ledger:
-    """The bench's results, a JSON line per (seed, pattern, where, mode), kept per version of the
-    code they measure (the last commit that changed it): seeds run on different days add up to one
-    table only when the code is the same. Code that differs from its commit is kept apart (-dirty)."""
-
-    path: Path
-    clean: bool
-
-    @classmethod
-    def for_code(cls, short: float | None) -> Ledger:
-        def git(*argv: str) -> str:
-            return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-
-        commit = git("log", "-1", "--format=%h", "--", *CODE)
-        clean = not git("status", "--porcelain", "--", *CODE)
-        name = commit + ("" if clean else "-dirty") + (f"-short{short:g}" if short else "")
-        return cls(ROOT / "runs" / "bench-paths" / f"{name}.jsonl", clean)
-
-    def add(self, row: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as out:
-            out.write(json.dumps({**row, "at": time.strftime("%Y-%m-%d %H:%M")}) + "\n")
-
-    def rows(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+CODE = (*TESTBED_CODE, "bench/paths.py", "experiments/paths.yaml")
 
 
 def table(scenario: Scenario, ledger: Ledger) -> int:
