@@ -24,6 +24,11 @@ below, it is chatter — a collective's connection carrying its peer's small not
 ring: each rank sends its right neighbour the data and its left one a few bytes per segment) —
 unpaced (its few kbit/s fit in the η headroom), and the NIC is the transfer's. Counted as a
 transfer, that chatter halved every rank's rate for a PyTorch all-reduce (0.52x of mode none).
+A flow is a demand at all only once INT showed it carry a full segment (FlowPath.bulk: BULK_PAYLOAD
+bytes or more) or measured it as a transfer: a collective's barrier or a notification is a few
+small messages between many pairs, and each of them, a demand at its NIC's rate for a few report
+gaps, halved a ring's transfer into the same NIC or host for ~0.2 s — with PyTorch's Gloo ring, a
+ring pair was paced for 1-6 s of a 30 s run, and the ring runs at its slowest pair's pace.
 """
 
 from __future__ import annotations
@@ -259,7 +264,7 @@ class AdviceLoop:
         not over, and unpinned and pinned again it could come back on another path."""
         placed = self.paths.placed
         return [key for key, flow in snap.flows.items()
-                if flow.data_at is not None and key not in self.chatter
+                if flow.data_at is not None and key not in self.chatter and (flow.bulk or key in self.transfers)
                 and key[0] in self.host_by_ip and key[1] in self.host_by_ip
                 and ((now - flow.data_at <= FLOW_TIMEOUT_S and flow.data_reports >= ELEPHANT_REPORTS)
                      or (key in placed and now - flow.data_at <= PLACED_TIMEOUT_S))]
@@ -306,6 +311,8 @@ class AdviceLoop:
                 continue  # no data for longer than it would have sent some: a reply, a message, a burst that ended
             if flow_key in self.chatter:
                 continue  # data, but at a few kbit/s: a connection's notifications, not a transfer
+            if not flow.bulk and flow_key not in self.transfers:
+                continue  # small messages only (a barrier, a notification), not measured as a transfer either
             entry = pairs.setdefault((src, dst), {"flows": 0, "links": None})
             entry["flows"] += 1  # kept for the log; shares are per host pair (a control connection is a flow too)
             entry["links"] = (nic_link(self.host_by_ip[src]),) + tuple(egress_link(sw, out) for sw, _, out in flow.hops)

@@ -40,6 +40,7 @@ MIN_RATE_INTERVAL_US = 20_000
 STANDING_WINDOW_US = 20_000
 STANDING_FRAMES = 8
 RATE_WINDOW_S = 0.2  # a flow's sampled data rate is counted over windows at least this long
+BULK_PAYLOAD = 1000  # bytes: a TCP segment this full (MSS 1448 here) is a transfer's, not a message's
 BACKLOG_PKTS = 3  # drain rates: both samples found at least this queue ...
 BACKLOG_INTERVAL_US = 20_000  # ... and left at most this far apart
 SERIES_FIELDS = runfiles.TELEMETRY_FIELDS
@@ -98,7 +99,9 @@ class FlowPath:
     times the sampling factor 2^N a lower bound of its data rate (a sink reports a flow at most once
     per 10 ms), exact where its packets are fewer: a collective's idle connection carrying its
     peers' small notifications shows tens of kbit/s, a transfer at its NIC's rate megabits;
-    window_at, window_bytes: the window being counted."""
+    window_at, window_bytes: the window being counted; bulk: a reported packet of it carried a
+    segment of BULK_PAYLOAD bytes or more — what a sender with more to send than one small message
+    writes (a barrier's or a notification's few bytes never fill one)."""
 
     hops: tuple[tuple[str, int, int], ...]
     updated: float
@@ -107,6 +110,7 @@ class FlowPath:
     sampled_bps: float | None = None
     window_at: float = 0.0
     window_bytes: int = 0
+    bulk: bool = False
 
 
 FlowKey = tuple[str, str, int, int, int]  # src ip, dst ip, IP protocol, src port, dst port
@@ -221,7 +225,8 @@ class Collector:
                 window_bytes += payload
         self._flows[flow] = FlowPath(tuple(reversed(path)), now, data_at,
                                      (previous.data_reports if previous else 0) + (payload > 0), sampled_bps,
-                                     window_at, window_bytes)
+                                     window_at, window_bytes,
+                                     payload >= BULK_PAYLOAD or (previous is not None and previous.bulk))
         if self._flow_file is not None and data_at is not None and (previous is None or previous.data_at is None):
             csv.writer(self._flow_file).writerow([f"{wall:.6f}", *flow, " ".join(p[0] for p in reversed(path)),
                                                   stack.hops[-1].egress_ts_us, stack.hops[0].egress_ts_us])

@@ -30,15 +30,36 @@ def test_only_flows_that_carry_data_are_demands(tmp_path):
     ids, collector, loop = leafspine_loop(tmp_path)
     try:
         now = time.monotonic()
-        # h1 → h5 with data; h5 → h1 only ACKs (reports list hops newest first)
-        collector.feed(report([hop(ids["s4"], 1, 0, 10), hop(ids["s1"], 2, 0, 10), hop(ids["s3"], 5, 0, 10)]),
-                       now=now)
+        # h1 → h5 with data (full segments); h5 → h1 only ACKs (reports list hops newest first)
+        collector.feed(report([hop(ids["s4"], 1, 0, 10), hop(ids["s1"], 2, 0, 10), hop(ids["s3"], 5, 0, 10)],
+                              payload=FULL), now=now)
         collector.feed(ack_report([hop(ids["s3"], 1, 0, 10), hop(ids["s1"], 1, 0, 10), hop(ids["s4"], 5, 0, 10)]),
                        now=now)
         demands = loop.demands(now, collector.snapshot())
         assert [(d.src, d.dst) for d in demands] == [("10.0.3.1", "10.0.4.1")]
         advice = loop.step(now)
         assert advice == {("10.0.3.1", "10.0.4.1"): 20e6}  # alone on its links: eta_alone, its line rate (unpaced)
+    finally:
+        loop.close()
+
+
+FULL = bytes(1448)  # a full segment (MSS at MTU 1500): a transfer's
+
+
+def test_small_messages_are_no_demand_until_a_full_segment_or_a_transfers_rate(tmp_path):
+    """A barrier or a notification between many pairs: before, each was a demand at its NIC's rate
+    for a few report gaps, and halved a ring's transfer into the same host for ~0.2 s."""
+    ids, collector, loop = leafspine_loop(tmp_path)
+    to_h5 = [hop(ids["s4"], 1, 0, 10), hop(ids["s1"], 2, 0, 10), hop(ids["s3"], 5, 0, 10)]
+    h1, h5 = "10.0.3.1", "10.0.4.1"
+    try:
+        now = time.monotonic()
+        collector.feed(tcp_report(h1, h5, to_h5, 64), now=now)
+        collector.feed(tcp_report(h1, h5, to_h5, 999), now=now + 0.001)
+        assert loop.demands(now + 0.002, collector.snapshot()) == []
+        assert loop.active_flows(now + 0.002, collector.snapshot()) == []  # nor placed (mode paths)
+        collector.feed(tcp_report(h1, h5, to_h5, 1000), now=now + 0.003)  # one full segment: a transfer's
+        assert [(d.src, d.dst) for d in loop.demands(now + 0.004, collector.snapshot())] == [(h1, h5)]
     finally:
         loop.close()
 
@@ -61,10 +82,10 @@ def test_a_connections_notifications_are_chatter_and_the_nic_is_the_transfers(tm
             collector.feed(tcp_report(h1, h5, to_h5, 1448), now=t + i * 0.01)
             if i % 10 == 0:
                 collector.feed(tcp_report(h1, h2, to_h2, 16, sport=41000), now=t + i * 0.01)
-            if i == 5:  # not measured yet: both are demands, as any new flow
-                assert loop.step(t + i * 0.01) == {(h1, h5): pytest.approx(9.5e6), (h1, h2): pytest.approx(9.5e6)}
-        advice = loop.step(t + 0.4)
-        assert advice[(h1, h5)] == pytest.approx(20e6) and advice[(h1, h2)] == 0  # cleared
+            if i == 5:  # not measured yet, but its 16 B are no transfer's segment: no demand, the NIC is h5's
+                assert loop.step(t + i * 0.01) == {(h1, h5): pytest.approx(20e6)}
+        loop.step(t + 0.4)
+        assert loop.sent == {(h1, h5): pytest.approx(20e6)}
         assert (h1, h2, 6, 41000, 29500) in loop.chatter and (h1, h5, 6, 40000, 29500) in loop.transfers
         assert [f for f in loop.active_flows(t + 0.4, collector.snapshot()) if f[1] == h2] == []  # never placed
         for i in range(40, 70):  # the connection turns into a transfer: a demand once measured
@@ -88,10 +109,12 @@ def test_a_reply_is_a_demand_briefly_a_transfer_for_a_few_report_gaps_at_its_adv
         now = time.monotonic()
         for i in range(3):  # h1 → h5: a transfer, three reports with data
             collector.feed(report([hop(ids["s4"], 1, i, 10 + i), hop(ids["s1"], 2, i, 10 + i),
-                                   hop(ids["s3"], 5, i, 10 + i)]), now=now)
-        # h5 → h1: one report with data (the receiver's reply)
-        collector.feed(ack_report([hop(ids["s3"], 1, 0, 10), hop(ids["s1"], 1, 0, 10), hop(ids["s4"], 5, 0, 10)],
-                                  payload=b"done"), now=now)
+                                   hop(ids["s3"], 5, i, 10 + i)], payload=FULL), now=now)
+        # h5 → h1: one report with data (the receiver's reply): a few bytes are no demand ...
+        back = [hop(ids["s3"], 1, 0, 10), hop(ids["s1"], 1, 0, 10), hop(ids["s4"], 5, 0, 10)]
+        collector.feed(ack_report(back, payload=b"done"), now=now)
+        assert {(d.src, d.dst) for d in loop.demands(now, collector.snapshot())} == {("10.0.3.1", "10.0.4.1")}
+        collector.feed(ack_report(back, payload=FULL), now=now)  # ... a reply of a full segment is, briefly
         pairs = {(d.src, d.dst) for d in loop.demands(now, collector.snapshot())}
         assert pairs == {("10.0.3.1", "10.0.4.1"), ("10.0.4.1", "10.0.3.1")}
         assert loop.mouse_timeout_s["10.0.4.1"] == pytest.approx(0.2)  # 20 Mbit/s: 4 report gaps are 19 ms

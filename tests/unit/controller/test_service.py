@@ -71,7 +71,8 @@ def test_a_flow_seen_in_int_becomes_advice_for_its_source(tmp_path):
         assert (await call.read()).mode == "advice"
         ids = {name: plan.switches[name].device_id for name in ("s1", "s3", "s4")}
         # h1 → h5 through s3, s1, s4 (a report lists hops newest first)
-        collector.feed(report([hop(ids["s4"], 1, 0, 10), hop(ids["s1"], 2, 0, 10), hop(ids["s3"], 5, 0, 10)]))
+        collector.feed(report([hop(ids["s4"], 1, 0, 10), hop(ids["s1"], 2, 0, 10), hop(ids["s3"], 5, 0, 10)],
+                              payload=bytes(1400)))  # a full segment: a transfer's
         loop.step()
         update = await asyncio.wait_for(call.read(), 3)
         assert update.advice.dst_ip == "10.0.4.1" and update.advice.rate_bps == int(20e6)  # alone: its line rate

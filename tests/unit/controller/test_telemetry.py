@@ -15,10 +15,10 @@ from wire.fidelity import FidelityWindows
 from wire.intmd import DSCP_INT, Hop, IntStack
 
 
-def report(hops: list[Hop], sport: int = 4000) -> bytes:
+def report(hops: list[Hop], sport: int = 4000, payload: bytes = b"payload") -> bytes:
     stack = IntStack(orig_dscp=0, remaining_hop_cnt=6 - len(hops), hops=hops)
     return bytes(Ether() / IP(src="10.0.3.1", dst="10.0.4.1", tos=DSCP_INT << 2) / UDP(sport=sport, dport=5000)
-                 / (stack.pack() + b"payload"))
+                 / (stack.pack() + payload))
 
 
 def hop(node: int, port: int, tx_bytes: int, ts_us: int, queue: int = 0, latency: int = 50) -> Hop:
