@@ -548,7 +548,8 @@ class Testbed:
         return True
 
     def verdict(self, t0: float, t1: float, switches: list[str] | None = None) -> fid.Verdict:
-        """Fidelity of wall-clock [t0, t1) on `switches` (default: all), from fidelity.csv."""
+        """Fidelity of wall-clock [t0, t1) on `switches` (default: all), from the run's fidelity files
+        (fidelity.csv, and each other server's in cluster mode), read once as they grow."""
         sampled = [name for name, sw in self.switches.items() if sw.kind != "soft"]
         if self._fidelity is None:
             self._fidelity = fid.FidelityIndex(self.fidelity_path)
